@@ -1,0 +1,9 @@
+//! control ops (OPS.md).
+
+super::unspecified_ops!(
+    If,
+    While,
+    Scan,
+    ScanBackward,
+    ScanBackwardXs,
+);

@@ -1,0 +1,6 @@
+//! custom ops (OPS.md).
+
+super::unspecified_ops!(
+    Custom,
+    CustomFn,
+);

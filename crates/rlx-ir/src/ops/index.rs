@@ -1,0 +1,11 @@
+//! index ops (OPS.md).
+
+super::unspecified_ops!(
+    Gather,
+    GatherBackward,
+    GatherNd,
+    GatherElements,
+    ScatterAdd,
+    ScatterNd,
+    ScatterElements,
+);

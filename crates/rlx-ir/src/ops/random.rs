@@ -1,0 +1,7 @@
+//! random ops (OPS.md).
+
+super::unspecified_ops!(
+    RngNormal,
+    RngUniform,
+    Sample,
+);

@@ -1,0 +1,7 @@
+//! rnn ops (OPS.md).
+
+super::unspecified_ops!(
+    Lstm,
+    Gru,
+    Rnn,
+);

@@ -1,0 +1,8 @@
+//! softmax ops (OPS.md).
+
+super::unspecified_ops!(
+    Softmax,
+    SoftmaxCrossEntropy,
+    SoftmaxCrossEntropyWithLogits,
+    SoftmaxCrossEntropyBackward,
+);

@@ -1,0 +1,8 @@
+//! splat ops (OPS.md).
+
+super::unspecified_ops!(
+    GaussianSplatRender,
+    GaussianSplatRenderBackward,
+    GaussianSplatPrepare,
+    GaussianSplatRasterize,
+);
