@@ -75,6 +75,11 @@ pub trait OpDef {
         Vec::new()
     }
 
+    /// False only for kinds whose attributes rlx-ir has not specified yet.
+    fn specified(&self) -> bool {
+        true
+    }
+
     /// Sub-graphs carried as attributes (control flow, `CustomFn`).
     fn subgraphs(&self) -> Vec<&crate::Graph> {
         Vec::new()
@@ -371,6 +376,9 @@ macro_rules! unspecified_ops {
                 }
                 fn infer(&self, _: &[crate::TensorType]) -> Result<Vec<crate::TensorType>, String> {
                     Err(format!("{} is not specified in rlx-ir yet", stringify!($kind)))
+                }
+                fn specified(&self) -> bool {
+                    false
                 }
             }
         )*
