@@ -85,7 +85,7 @@ impl Graph {
     }
 
     /// Ids of all nodes, in order.
-    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> {
+    pub fn node_ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
         (0..self.nodes.len() as u32).map(NodeId)
     }
 

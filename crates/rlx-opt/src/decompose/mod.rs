@@ -1,0 +1,46 @@
+//! The common IR: how each non-primitive op lowers into primitive ops.
+//!
+//! A backend that does not claim an op gets its decomposition from [`crate::legalize`].
+//! Each family module lists the kinds it can lower (`KINDS`) and lowers one node
+//! (`decompose`), building the replacement with the graph builder.
+
+use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
+
+mod elementwise;
+
+/// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
+pub const PRIMITIVES: &[OpKind] = &[
+    OpKind::Input,
+    OpKind::Param,
+    OpKind::Constant,
+    OpKind::MatMul,
+    OpKind::Binary,
+    OpKind::Activation,
+    OpKind::Compare,
+    OpKind::Where,
+    OpKind::Cast,
+    OpKind::Reduce,
+    OpKind::Reshape,
+    OpKind::Transpose,
+    OpKind::Narrow,
+    OpKind::Concat,
+    OpKind::Expand,
+    OpKind::Gather,
+    OpKind::ScatterAdd,
+];
+
+/// Whether `kind` is one of the [`PRIMITIVES`].
+pub fn is_primitive(kind: OpKind) -> bool {
+    PRIMITIVES.contains(&kind)
+}
+
+/// Whether the common IR can lower `kind`.
+pub fn has_rule(kind: OpKind) -> bool {
+    elementwise::KINDS.contains(&kind)
+}
+
+/// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
+/// that replace its outputs; `None` when `op` has no decomposition.
+pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
+    elementwise::decompose(op, g, inputs)
+}
