@@ -1,0 +1,51 @@
+//! The interface every backend implements.
+
+use crate::compiled::Bindings;
+use crate::error::Result;
+use crate::tensor::Tensor;
+use rlx_ir::{Graph, OpKind};
+use std::fmt;
+
+/// Where a graph runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    Cpu,
+    /// An NVIDIA GPU by ordinal.
+    Cuda(usize),
+    /// A GPU reached through wgpu (Metal, Vulkan, DX12) by adapter index.
+    Wgpu(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+            Device::Wgpu(i) => write!(f, "wgpu:{i}"),
+        }
+    }
+}
+
+/// A compilation target. Backends claim op kinds; the shared legalizer decides the rest, so
+/// `compile` only ever sees claimed kinds.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    fn device(&self) -> Device;
+
+    /// The op kinds this backend runs itself (natively or by a host fallback).
+    fn supported_ops(&self) -> &'static [OpKind];
+
+    /// Builds an executable for a legalized, verified graph.
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>>;
+}
+
+/// A graph compiled for one backend, holding its parameters and working memory.
+pub trait Executable: Send {
+    /// Stores the parameter at `index` of `Graph::params()`; its type is already checked.
+    fn set_param(&mut self, index: usize, value: Tensor) -> Result<()>;
+
+    /// Runs with the inputs in `Graph::inputs()` order (types checked, symbols bound) and
+    /// returns the graph's outputs.
+    fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>>;
+}

@@ -1,0 +1,130 @@
+//! A compiled graph: checks what the user passes, then hands it to the backend executable.
+
+use crate::backend::Executable;
+use crate::error::{Result, RuntimeError};
+use crate::tensor::Tensor;
+use rlx_ir::{Dim, Graph, TensorType};
+use rlx_opt::DispatchReport;
+use std::collections::BTreeMap;
+
+/// Concrete sizes of the symbolic dims, read off the inputs of one run.
+pub type Bindings = BTreeMap<String, usize>;
+
+/// The result of compiling a graph for a backend.
+pub struct CompiledGraph {
+    graph: Graph,
+    report: DispatchReport,
+    inputs: Vec<(String, TensorType)>,
+    params: Vec<(String, TensorType, bool)>,
+    exec: Box<dyn Executable>,
+}
+
+impl CompiledGraph {
+    pub(crate) fn new(graph: Graph, report: DispatchReport, exec: Box<dyn Executable>) -> CompiledGraph {
+        let inputs = graph.inputs().into_iter().map(|(n, v)| (n.to_string(), graph.ty(v).clone())).collect();
+        let params = graph.params().into_iter().map(|(n, v)| (n.to_string(), graph.ty(v).clone(), false)).collect();
+        CompiledGraph { graph, report, inputs, params, exec }
+    }
+
+    /// The legalized graph the backend compiled.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// What legalization did with each op kind.
+    pub fn report(&self) -> &DispatchReport {
+        &self.report
+    }
+
+    /// Names and types of the inputs `run` expects.
+    pub fn inputs(&self) -> impl Iterator<Item = (&str, &TensorType)> {
+        self.inputs.iter().map(|(n, t)| (n.as_str(), t))
+    }
+
+    /// Names and types of the parameters `set_param` accepts.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &TensorType)> {
+        self.params.iter().map(|(n, t, _)| (n.as_str(), t))
+    }
+
+    /// Sets a parameter (weights are uploaded or packed once, here).
+    pub fn set_param(&mut self, name: &str, value: Tensor) -> Result<()> {
+        let Some(index) = self.params.iter().position(|(n, _, _)| n == name) else {
+            let known = self.params.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(RuntimeError::UnknownParam { name: name.into(), known });
+        };
+        let expected = &self.params[index].1;
+        if !matches_static(expected, &value, &mut Bindings::new()) {
+            return Err(RuntimeError::TypeMismatch {
+                what: "parameter",
+                name: name.into(),
+                expected: expected.clone(),
+                got: value.ty().to_string(),
+            });
+        }
+        self.exec.set_param(index, value)?;
+        self.params[index].2 = true;
+        Ok(())
+    }
+
+    /// Runs the graph on named inputs; outputs come in the graph's output order.
+    pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>> {
+        for (name, _) in inputs {
+            if !self.inputs.iter().any(|(n, _)| n == name) {
+                let known = self.inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+                return Err(RuntimeError::UnknownInput { name: name.to_string(), known });
+            }
+        }
+        if let Some((name, _, _)) = self.params.iter().find(|p| !p.2) {
+            return Err(RuntimeError::MissingParam { name: name.clone() });
+        }
+        let mut ordered = Vec::with_capacity(self.inputs.len());
+        let mut bindings = Bindings::new();
+        let mut origin: BTreeMap<String, String> = BTreeMap::new();
+        for (name, ty) in &self.inputs {
+            let mut given = inputs.iter().filter(|(n, _)| n == name);
+            let t = given.next().ok_or_else(|| RuntimeError::MissingInput { name: name.clone() })?.1;
+            if given.next().is_some() {
+                return Err(RuntimeError::DuplicateInput { name: name.clone() });
+            }
+            let mut local = Bindings::new();
+            if !matches_static(ty, t, &mut local) {
+                return Err(RuntimeError::TypeMismatch {
+                    what: "input",
+                    name: name.clone(),
+                    expected: ty.clone(),
+                    got: t.ty().to_string(),
+                });
+            }
+            for (sym, size) in local {
+                match bindings.get(&sym) {
+                    Some(&prev) if prev != size => {
+                        return Err(RuntimeError::SymbolConflict {
+                            symbol: sym.clone(),
+                            first: prev,
+                            first_from: origin[&sym].clone(),
+                            second: size,
+                            second_from: name.clone(),
+                        })
+                    }
+                    _ => {
+                        origin.insert(sym.clone(), name.clone());
+                        bindings.insert(sym, size);
+                    }
+                }
+            }
+            ordered.push(t);
+        }
+        self.exec.run(&ordered, &bindings)
+    }
+}
+
+/// Whether `t` fits `ty` (dtype, rank, static dims), binding its symbols into `b`.
+fn matches_static(ty: &TensorType, t: &Tensor, b: &mut Bindings) -> bool {
+    if ty.dtype != t.dtype() || ty.rank() != t.shape().len() {
+        return false;
+    }
+    ty.shape.dims().iter().zip(t.shape()).all(|(d, &n)| match d {
+        Dim::Static(s) => *s == n,
+        Dim::Sym(s) => *b.entry(s.clone()).or_insert(n) == n,
+    })
+}

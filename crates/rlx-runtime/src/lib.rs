@@ -1,0 +1,16 @@
+//! rlx's runtime: the [`Backend`] interface, [`Session`] and [`CompiledGraph`] (the compile
+//! pipeline and the checked `run` entry point), and the host [`Tensor`].
+
+mod backend;
+mod compiled;
+mod error;
+mod session;
+pub mod specialize;
+mod tensor;
+
+pub use backend::{Backend, Device, Executable};
+pub use compiled::{Bindings, CompiledGraph};
+pub use error::{Result, RuntimeError};
+pub use num_complex::Complex32;
+pub use session::{CompileOptions, Session};
+pub use tensor::{Element, Tensor};

@@ -1,0 +1,30 @@
+//! Specialization: a graph with symbolic dims re-inferred for concrete input types.
+
+use rlx_ir::ops::source::Input;
+use rlx_ir::{Graph, IrError, Node, Op, TensorType};
+
+/// Rebuilds `g` with its `Input` nodes (in `Graph::inputs()` order) typed as `inputs` and every
+/// other type inferred again, so static inputs give static shapes throughout.
+pub fn specialize(g: &Graph, inputs: &[TensorType]) -> Result<Graph, IrError> {
+    let mut out = Graph::new();
+    let mut next_input = inputs.iter();
+    for node in g.nodes() {
+        match &node.op {
+            Op::Input(i) => {
+                let ty = next_input
+                    .next()
+                    .ok_or_else(|| IrError::Invalid(format!("no concrete type given for input `{}`", i.name)))?;
+                out.push(Node {
+                    op: Op::Input(Input { name: i.name.clone(), ty: ty.clone() }),
+                    inputs: Vec::new(),
+                    outputs: vec![ty.clone()],
+                });
+            }
+            op => {
+                out.add(op.clone(), &node.inputs)?;
+            }
+        }
+    }
+    out.set_outputs(g.outputs().to_vec())?;
+    Ok(out)
+}
