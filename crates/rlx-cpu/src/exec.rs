@@ -1,0 +1,193 @@
+//! The CPU executable: per concrete input shape, a flat schedule of kernel calls over one
+//! arena planned by liveness; runs do no shape work and no arena allocation.
+
+use crate::dispatch;
+use crate::view::{In, Out};
+use rlx_ir::{Graph, NodeId, Op};
+use rlx_opt::memory::{self, Interval};
+use rlx_runtime::specialize::specialize;
+use rlx_runtime::{Bindings, Executable, Result, RuntimeError, Tensor};
+use std::collections::HashMap;
+
+/// Where a value's bytes live during a run.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Arena { offset: usize, len: usize },
+    Param(usize),
+    Const(usize),
+}
+
+/// Everything one concrete set of input shapes needs.
+struct Plan {
+    graph: Graph,
+    /// Per node, per output: its slot and concrete dims.
+    slots: Vec<Vec<(Slot, Vec<usize>)>>,
+    steps: Vec<NodeId>,
+    inputs: Vec<NodeId>,
+    consts: Vec<Tensor>,
+    arena: Tensor,
+}
+
+pub struct CpuExecutable {
+    graph: Graph,
+    params: Vec<Option<Tensor>>,
+    plans: HashMap<Vec<Vec<usize>>, Plan>,
+}
+
+impl CpuExecutable {
+    pub fn new(graph: Graph) -> CpuExecutable {
+        let params = vec![None; graph.params().len()];
+        CpuExecutable { graph, params, plans: HashMap::new() }
+    }
+}
+
+fn plan(g: &Graph, inputs: &[&Tensor]) -> Result<Plan> {
+    let graph = specialize(g, &inputs.iter().map(|t| t.ty()).collect::<Vec<_>>())?;
+    let mut slots: Vec<Vec<(Slot, Vec<usize>)>> = Vec::with_capacity(graph.len());
+    let mut steps = Vec::new();
+    let mut input_nodes = Vec::new();
+    let mut consts = Vec::new();
+    let mut intervals = Vec::new();
+    let mut interval_of: Vec<Vec<Option<usize>>> = Vec::with_capacity(graph.len());
+    let mut param_index = 0;
+    for id in graph.node_ids() {
+        let node = graph.node(id);
+        let dims: Vec<Vec<usize>> = node
+            .outputs
+            .iter()
+            .map(|t| {
+                t.shape.as_static().ok_or_else(|| RuntimeError::Backend {
+                    backend: "cpu".into(),
+                    msg: format!("node %{} ({}) has a symbolic shape {t} after specialization", id.0, node.op.kind()),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let step = steps.len();
+        let mut node_slots = Vec::new();
+        let mut node_iv = Vec::new();
+        for (ty, d) in node.outputs.iter().zip(dims) {
+            let slot = match &node.op {
+                Op::Param(_) => {
+                    param_index += 1;
+                    Slot::Param(param_index - 1)
+                }
+                Op::Constant(c) => {
+                    consts.push(Tensor::from_bytes(c.ty.dtype, &d, &c.data)?);
+                    Slot::Const(consts.len() - 1)
+                }
+                _ => {
+                    let len = d.iter().product::<usize>() * ty.dtype.size();
+                    intervals.push(Interval { size: len, first: step, last: step });
+                    node_iv.push(Some(intervals.len() - 1));
+                    node_slots.push((Slot::Arena { offset: 0, len }, d));
+                    continue;
+                }
+            };
+            node_iv.push(None);
+            node_slots.push((slot, d));
+        }
+        match node.op {
+            Op::Input(_) => input_nodes.push(id),
+            Op::Param(_) | Op::Constant(_) => {}
+            _ => steps.push(id),
+        }
+        for v in &node.inputs {
+            if let Some(i) = interval_of[v.node.index()][v.output as usize] {
+                intervals[i].last = intervals[i].last.max(step);
+            }
+        }
+        slots.push(node_slots);
+        interval_of.push(node_iv);
+    }
+    for v in graph.outputs() {
+        if let Some(i) = interval_of[v.node.index()][v.output as usize] {
+            intervals[i].last = steps.len();
+        }
+    }
+    let placed = memory::plan(&intervals);
+    for (node_slots, ivs) in slots.iter_mut().zip(&interval_of) {
+        for ((slot, _), iv) in node_slots.iter_mut().zip(ivs) {
+            if let (Slot::Arena { offset, .. }, Some(i)) = (slot, iv) {
+                *offset = placed.offsets[*i];
+            }
+        }
+    }
+    let arena = Tensor::zeros(rlx_ir::DType::U8, &[placed.size]);
+    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, arena })
+}
+
+impl Plan {
+    /// The bytes of a value. Safety: `base` is this plan's arena and nothing writes the
+    /// value's bytes while the returned slice lives (the planner keeps live values apart).
+    unsafe fn bytes<'a>(&'a self, params: &'a [Option<Tensor>], base: *mut u8, slot: Slot) -> &'a [u8] {
+        match slot {
+            Slot::Arena { offset, len } => std::slice::from_raw_parts(base.add(offset), len),
+            Slot::Param(i) => params[i].as_ref().map(Tensor::bytes).unwrap_or(&[]),
+            Slot::Const(i) => self.consts[i].bytes(),
+        }
+    }
+
+    fn run(&mut self, params: &[Option<Tensor>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let base = self.arena.bytes_mut().as_mut_ptr();
+        for (id, t) in self.inputs.iter().zip(inputs) {
+            if let (Slot::Arena { offset, len }, _) = self.slots[id.index()][0] {
+                // Safety: the input's arena range is in bounds and not aliased yet.
+                unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }.copy_from_slice(t.bytes());
+            }
+        }
+        for &id in &self.steps {
+            let node = self.graph.node(id);
+            let ins: Vec<In> = node
+                .inputs
+                .iter()
+                .map(|v| {
+                    let (slot, dims) = &self.slots[v.node.index()][v.output as usize];
+                    let ty = self.graph.ty(*v);
+                    // Safety: inputs are live at this step, so no output of it overlaps them.
+                    In { dtype: ty.dtype, dims, bytes: unsafe { self.bytes(params, base, *slot) } }
+                })
+                .collect();
+            let mut outs: Vec<Out> = self.slots[id.index()]
+                .iter()
+                .zip(&node.outputs)
+                .map(|((slot, dims), ty)| {
+                    let Slot::Arena { offset, len } = *slot else { unreachable!("compute outputs live in the arena") };
+                    // Safety: each output has its own planned range, disjoint from live values.
+                    Out { dtype: ty.dtype, dims, bytes: unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) } }
+                })
+                .collect();
+            dispatch::run(&node.op, &ins, &mut outs).map_err(|msg| RuntimeError::Kernel {
+                op: node.op.kind().to_string(),
+                node: id.0,
+                msg,
+            })?;
+        }
+        self.graph
+            .outputs()
+            .iter()
+            .map(|v| {
+                let (slot, dims) = &self.slots[v.node.index()][v.output as usize];
+                // Safety: no kernel runs while outputs are copied out.
+                let bytes = unsafe { self.bytes(params, base, *slot) };
+                Tensor::from_bytes(self.graph.ty(*v).dtype, dims, bytes)
+            })
+            .collect()
+    }
+}
+
+impl Executable for CpuExecutable {
+    fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {
+        self.params[index] = Some(value);
+        Ok(())
+    }
+
+    fn run(&mut self, inputs: &[&Tensor], _bindings: &Bindings) -> Result<Vec<Tensor>> {
+        let key: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        if !self.plans.contains_key(&key) {
+            let p = plan(&self.graph, inputs)?;
+            self.plans.insert(key.clone(), p);
+        }
+        let plan = self.plans.get_mut(&key).expect("plan was just inserted");
+        plan.run(&self.params, inputs)
+    }
+}

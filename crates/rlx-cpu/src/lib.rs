@@ -1,0 +1,52 @@
+//! rlx's CPU backend.
+//!
+//! [`CpuBackend`] claims the kinds in [`SUPPORTED_OPS`]; each compiled graph becomes a
+//! [`exec::CpuExecutable`] that plans one arena per concrete input shape and runs a flat list
+//! of kernel calls ([`dispatch::run`] → `kernels::<family>`).
+
+pub mod dispatch;
+pub mod exec;
+mod fold;
+pub mod kernels;
+mod supported;
+pub mod view;
+
+pub use supported::SUPPORTED_OPS;
+
+use rlx_ir::{Graph, OpKind};
+use rlx_runtime::{Backend, Device, Executable, Result};
+
+/// The CPU backend. Creating one also lends its kernels to rlx-opt's constant folding.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        rlx_opt::fold::with_evaluator(&fold::CpuConstEval);
+        CpuBackend
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn supported_ops(&self) -> &'static [OpKind] {
+        SUPPORTED_OPS
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
+        Ok(Box::new(exec::CpuExecutable::new(graph.clone())))
+    }
+}

@@ -1,0 +1,23 @@
+//! The op kinds the CPU backend claims (source of truth for `rlx ops` and
+//! `docs/op-coverage.md`). Every kind here has an arm in [`crate::dispatch::run`] or is
+//! handled by the executor itself (sources).
+
+use rlx_ir::OpKind;
+
+pub const SUPPORTED_OPS: &[OpKind] = {
+    use OpKind::*;
+    &[
+        Input,
+        Param,
+        Constant,
+        Activation,
+        Cast,
+        StopGradient,
+        Binary,
+        Compare,
+        Where,
+        Fma,
+        ReluBackward,
+        ActivationBackward,
+    ]
+};

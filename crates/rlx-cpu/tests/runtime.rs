@@ -1,0 +1,78 @@
+//! End-to-end behaviour of compiled CPU graphs: named inputs, symbolic dims, errors.
+
+use rlx_cpu::CpuBackend;
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
+use rlx_ir::{DType, Dim, Graph, Shape, TensorType};
+use rlx_runtime::{RuntimeError, Session, Tensor};
+use std::sync::Arc;
+
+fn session() -> Session {
+    Session::new(Arc::new(CpuBackend::new()))
+}
+
+fn batch_graph() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("B"), Dim::Static(3)])));
+    let w = g.param("w", TensorType::of(DType::F32, &[3]));
+    let y = g.binary(BinaryOp::Mul, x, w).unwrap();
+    let z = g.activation(ActivationKind::Relu, y).unwrap();
+    g.set_outputs(vec![z]).unwrap();
+    g
+}
+
+#[test]
+fn one_compiled_graph_serves_every_batch_size() {
+    let mut c = session().compile(&batch_graph()).unwrap();
+    c.set_param("w", Tensor::from_vec(vec![1.0f32, -2.0, 0.5], &[3]).unwrap()).unwrap();
+    for b in [1usize, 4, 2] {
+        let x: Vec<f32> = (0..b * 3).map(|i| i as f32 - 2.0).collect();
+        let out = c.run(&[("x", &Tensor::from_vec(x.clone(), &[b, 3]).unwrap())]).unwrap();
+        let want: Vec<f32> = x.iter().enumerate().map(|(i, v)| (v * [1.0, -2.0, 0.5][i % 3]).max(0.0)).collect();
+        assert_eq!(out[0].shape(), &[b, 3]);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), want);
+    }
+}
+
+#[test]
+fn user_mistakes_are_typed_errors() {
+    let mut c = session().compile(&batch_graph()).unwrap();
+    let x = Tensor::from_vec(vec![1.0f32; 6], &[2, 3]).unwrap();
+    assert!(matches!(c.run(&[("x", &x)]), Err(RuntimeError::MissingParam { .. })));
+    let bad = c.set_param("w", Tensor::from_vec(vec![1.0f32; 4], &[4]).unwrap()).unwrap_err();
+    assert_eq!(bad.to_string(), "parameter `w`: expected f32[3], got f32[4]");
+    c.set_param("w", Tensor::from_vec(vec![1.0f32; 3], &[3]).unwrap()).unwrap();
+    let e = c.run(&[("y", &x)]).unwrap_err();
+    assert_eq!(e.to_string(), "no input named `y`; the graph's inputs are: x");
+    assert!(matches!(c.run(&[]), Err(RuntimeError::MissingInput { .. })));
+    let wrong = Tensor::from_vec(vec![1.0f32; 8], &[2, 4]).unwrap();
+    assert_eq!(c.run(&[("x", &wrong)]).unwrap_err().to_string(), "input `x`: expected f32[B, 3], got f32[2, 4]");
+}
+
+#[test]
+fn symbols_must_agree_across_inputs() {
+    let mut g = Graph::new();
+    let t = TensorType::new(DType::F32, Shape(vec![Dim::sym("N")]));
+    let a = g.input("a", t.clone());
+    let b = g.input("b", t);
+    let s = g.binary(BinaryOp::Add, a, b).unwrap();
+    g.set_outputs(vec![s]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let a = Tensor::from_vec(vec![1.0f32; 2], &[2]).unwrap();
+    let b = Tensor::from_vec(vec![1.0f32; 3], &[3]).unwrap();
+    let e = c.run(&[("a", &a), ("b", &b)]).unwrap_err().to_string();
+    assert_eq!(e, "symbolic dim `N` is 2 from input `a` but 3 from input `b`");
+}
+
+#[test]
+fn constants_fold_at_compile_time() {
+    let mut g = Graph::new();
+    let k = g.constant_f32(&[2], &[1.0, 4.0]).unwrap();
+    let r = g.activation(ActivationKind::Sqrt, k).unwrap();
+    let x = g.input("x", TensorType::of(DType::F32, &[2]));
+    let y = g.binary(BinaryOp::Mul, x, r).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    assert!(!c.graph().to_string().contains("Sqrt"), "{}", c.graph());
+    let out = c.run(&[("x", &Tensor::from_vec(vec![3.0f32, 3.0], &[2]).unwrap())]).unwrap();
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
+}
