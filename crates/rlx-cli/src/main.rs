@@ -1,0 +1,62 @@
+//! The `rlx` command.
+
+mod demo;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "rlx", version, about = "rlx: an ML compiler and runtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build, compile and run a small model on the CPU, explaining each step.
+    Demo,
+    /// Print the op-coverage matrix (op kind × backend).
+    Ops {
+        /// Print the markdown of docs/op-coverage.md instead of a terminal table.
+        #[arg(long)]
+        markdown: bool,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo => demo::run(),
+        Command::Ops { markdown } => {
+            ops(markdown);
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn ops(markdown: bool) {
+    if markdown {
+        print!("{}", rlx::coverage::markdown());
+        return;
+    }
+    let backends = rlx::coverage::backends();
+    print!("{:<34} {:<12}", "kind", "family");
+    for (name, _) in &backends {
+        print!(" {name:<10}");
+    }
+    println!();
+    for (kind, outcomes) in rlx::coverage::matrix() {
+        print!("{:<34} {:<12}", kind.name(), kind.family());
+        for o in outcomes {
+            print!(" {:<10}", o.name());
+        }
+        println!();
+    }
+    for (name, t) in rlx::coverage::totals() {
+        println!("\n{name}: {} native, {} common-IR, {} rewritten, {} missing", t[0], t[1], t[2], t[3]);
+    }
+}

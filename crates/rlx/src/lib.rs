@@ -1,0 +1,70 @@
+//! rlx: an ML compiler and runtime.
+//!
+//! Build a [`Graph`] (or import one), compile it for a [`Device`] with a [`Session`], and run
+//! it on host [`Tensor`]s:
+//!
+//! ```
+//! use rlx::prelude::*;
+//!
+//! let mut g = Graph::new();
+//! let x = g.input("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("B"), Dim::Static(3)])));
+//! let y = g.activation(ActivationKind::Relu, x)?;
+//! g.set_outputs(vec![y])?;
+//!
+//! let mut compiled = Session::new(Device::Cpu)?.compile(&g)?;
+//! let x = Tensor::from_vec(vec![-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0], &[2, 3])?;
+//! let out = compiled.run(&[("x", &x)])?;
+//! assert_eq!(out[0].to_vec::<f32>()?, vec![0.0, 2.0, 0.0, 4.0, 5.0, 0.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod coverage;
+
+pub use rlx_cpu as cpu;
+pub use rlx_ir as ir;
+pub use rlx_opt as opt;
+pub use rlx_runtime as runtime;
+
+pub use rlx_ir::{DType, Dim, Graph, Op, OpKind, Shape, TensorType, ValueId};
+pub use rlx_runtime::{CompileOptions, CompiledGraph, Device, RuntimeError, Tensor};
+
+use rlx_runtime::Backend;
+use std::sync::Arc;
+
+/// Everything a typical program needs.
+pub mod prelude {
+    pub use crate::{CompileOptions, CompiledGraph, DType, Device, Dim, Graph, Session, Shape, Tensor, TensorType, ValueId};
+    pub use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
+}
+
+/// The backend that serves `device`.
+pub fn backend(device: Device) -> Result<Arc<dyn Backend>, RuntimeError> {
+    match device {
+        Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
+        other => Err(RuntimeError::Backend {
+            backend: other.to_string(),
+            msg: "this build of rlx has no backend for the device".into(),
+        }),
+    }
+}
+
+/// Compiles graphs for one device (a [`rlx_runtime::Session`] on that device's backend).
+#[derive(Clone)]
+pub struct Session(rlx_runtime::Session);
+
+impl Session {
+    pub fn new(device: Device) -> Result<Session, RuntimeError> {
+        Ok(Session(rlx_runtime::Session::new(backend(device)?)))
+    }
+
+    pub fn with_options(self, options: CompileOptions) -> Session {
+        Session(self.0.with_options(options))
+    }
+}
+
+impl std::ops::Deref for Session {
+    type Target = rlx_runtime::Session;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
