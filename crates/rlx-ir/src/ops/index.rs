@@ -168,6 +168,9 @@ impl OpDef for GatherBackward {
         if !dy.dtype.is_float() && dy.dtype != DType::C64 {
             return Err(format!("the upstream gradient must be float or complex, got {dy}"));
         }
+        for s in self.table_shape.symbols() {
+            super::shape::check_symbol(s)?;
+        }
         let axis = norm_axis(self.axis as i64, self.table_shape.rank())
             .map_err(|e| format!("{e} of the table {}", self.table_shape))?;
         let want = gathered(&self.table_shape, axis, &idx.shape);
@@ -238,6 +241,9 @@ impl OpDef for ScatterAdd {
                 "indices {} must be [U] for updates {} of shape [U, ..]",
                 idx.shape, updates.shape
             ));
+        }
+        if let Dim::Sym(s) = &self.out_dim {
+            super::shape::check_symbol(s)?;
         }
         let mut dims = updates.shape.0.clone();
         dims[0] = self.out_dim.clone();
@@ -393,6 +399,8 @@ mod tests {
         assert!(infer(sa.clone(), &["f32[N, 768]", "i32[M]"]).unwrap_err().contains("must be [U]"));
         assert!(infer(sa.clone(), &["f32[4, 768]", "i32[4, 1]"]).is_err());
         assert!(infer(sa, &["f32[]", "i32[1]"]).is_err());
+        let bad = ScatterAdd { out_dim: Dim::sym("T+1") };
+        assert!(infer(bad, &["f32[U, 64]", "i64[U]"]).unwrap_err().contains("not a symbol name"));
         let tokens = ScatterAdd { out_dim: Dim::sym("T") };
         assert_eq!(infer(tokens, &["f16[U, 64]", "i64[U]"]).unwrap(), "f16[T, 64]");
         let nd = ScatterNd { reduction: ScatterReduction::None };

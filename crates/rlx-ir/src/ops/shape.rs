@@ -78,6 +78,18 @@ impl<'de> Deserialize<'de> for TargetDim {
     }
 }
 
+/// Checks that a symbol in an attribute is a name the text format can print and read back.
+pub(crate) fn check_symbol(s: &str) -> Result<(), String> {
+    let mut chars = s.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("`{s}` is not a symbol name (a letter or `_`, then letters, digits or `_`)"))
+    }
+}
+
 /// `[a, b, c]` as error messages show a target.
 fn show_target(t: &[TargetDim]) -> String {
     let parts: Vec<String> = t.iter().map(ToString::to_string).collect();
@@ -235,7 +247,10 @@ impl OpDef for Reshape {
                     return Err(format!("new_shape {target} has a negative size {n}"));
                 }
                 TargetDim::Size(n) => dims.push(Dim::Static(*n as usize)),
-                TargetDim::Sym(s) => dims.push(Dim::Sym(s.clone())),
+                TargetDim::Sym(s) => {
+                    check_symbol(s)?;
+                    dims.push(Dim::Sym(s.clone()));
+                }
             }
         }
         let (p_in, s_in) = factor(x.shape.dims())?;
@@ -309,13 +324,12 @@ impl OpDef for Narrow {
         let x = &inputs[0];
         check_axis(self.axis, x)?;
         let end = self.start.checked_add(self.len);
-        if let Dim::Static(d) = x.shape.dim(self.axis) {
-            if end.is_none_or(|e| e > *d) {
-                return Err(format!(
-                    "range [{}, {}+{}) exceeds extent {d} of axis {} of {x}",
-                    self.start, self.start, self.len, self.axis
-                ));
-            }
+        let extent = x.shape.dim(self.axis);
+        if end.is_none() || extent.as_static().is_some_and(|d| end > Some(d)) {
+            return Err(format!(
+                "range [{}, {}+{}) exceeds extent {extent} of axis {} of {x}",
+                self.start, self.start, self.len, self.axis
+            ));
         }
         Ok(vec![with_dim(x, self.axis, Dim::Static(self.len))])
     }
@@ -402,10 +416,10 @@ impl OpDef for Expand {
         };
         let mut dims = Vec::with_capacity(self.target_shape.len());
         for (i, t) in self.target_shape.iter().enumerate() {
-            if let TargetDim::Size(n) = t {
-                if *n < -1 {
-                    return Err(format!("target {target} has a negative size {n}"));
-                }
+            match t {
+                TargetDim::Size(n) if *n < -1 => return Err(format!("target {target} has a negative size {n}")),
+                TargetDim::Sym(s) => check_symbol(s)?,
+                TargetDim::Size(_) => {}
             }
             let Some(d) = i.checked_sub(lead).map(|j| x.shape.dim(j)) else {
                 match t {
@@ -654,6 +668,8 @@ mod tests {
         assert_eq!(infer(heads, &["bf16[B, S, 768]"]).unwrap(), "bf16[B, S, 12, 64]");
         assert_eq!(infer(reshape(&[s(-1), s(64)]), &["f32[B, S, 64]"]).unwrap_err(),
             "cannot reshape [B, S, 64] (B·S·64 elements) to [-1, 64]: the -1 would be B·S, which one dim cannot express; name the symbols in new_shape");
+        assert!(infer(reshape(&[sym("B x"), s(-1)]), &["f32[B, 4]"]).unwrap_err().contains("not a symbol name"));
+        assert!(infer(Expand { target_shape: vec![sym("")] }, &["f32[1]"]).unwrap_err().contains("not a symbol name"));
         assert!(infer(reshape(&[s(-1), s(8)]), &["f32[B, 32]"]).unwrap_err().contains("would be B·4"));
         assert!(infer(reshape(&[s(8)]), &["f32[B, 4]"]).unwrap_err().contains("B·4 elements"));
         assert!(infer(reshape(&[sym("S"), s(-1)]), &["f32[B, 4]"]).unwrap_err().contains("does not hold"));
@@ -667,7 +683,7 @@ mod tests {
         assert!(infer(Transpose { perm: vec![1, 0] }, &["f32[2, 3, 4]"]).is_err());
         assert_eq!(infer(Narrow { axis: 1, start: 0, len: 1 }, &["f32[B, S, 8]"]).unwrap(), "f32[B, 1, 8]");
         assert!(infer(Narrow { axis: 1, start: 3, len: 2 }, &["f32[2, 4]"]).unwrap_err().contains("exceeds extent 4"));
-        assert!(infer(Narrow { axis: 0, start: usize::MAX, len: 2 }, &["f32[4]"]).is_err());
+        assert!(infer(Narrow { axis: 0, start: usize::MAX, len: 2 }, &["f32[S]"]).is_err());
         let sl = |start, len, step| Slice { axis: 0, start, len, step };
         assert_eq!(infer(sl(1, 3, 2), &["f32[7]"]).unwrap(), "f32[3]");
         assert!(infer(sl(1, 4, 2), &["f32[7]"]).unwrap_err().contains("reads index 7"));
