@@ -1,10 +1,379 @@
-//! attention ops (OPS.md).
+//! Scaled dot-product attention and its backward ops (OPS.md §7, §22); the rotary embeddings
+//! (`Rope`, `RopeBackward`, `AxialRope2d`) live in `attention/rope.rs`.
+//!
+//! Layouts: rank 4 is head-major `[B, H, S, D]`; rank 3 is `[B, S, H·D]` with head `h` at
+//! columns `[h·D, (h+1)·D)`; rank 2 is `[S, H·D]` (one batch item). K and V carry `num_heads`
+//! heads: GQA/MQA builders repeat KV heads consecutively before the op.
 
-super::unspecified_ops!(
-    Attention,
-    AttentionBackward,
-    AttentionBackwardAll,
-    Rope,
-    RopeBackward,
-    AxialRope2d,
-);
+mod rope;
+pub use rope::*;
+
+use super::{Arity, OpDef};
+use crate::{Dim, Graph, NodeId, Shape, TensorType, ValueId};
+use serde::{Deserialize, Serialize};
+
+/// Which keys each query attends to. Masked logits become −1e9 (finite, so a fully masked row
+/// gives uniform weights). Queries sit at the end of the keys: `abs_q = S_k − S_q + qi`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MaskKind {
+    /// Every key.
+    None,
+    /// Keys `ki ≤ abs_q` (bottom-right aligned, as flash-attention ≥ 2.1 and KV-cache decode).
+    Causal,
+    /// The `w` keys `abs_q − w < ki ≤ abs_q`, self included (HF `sliding_window`, llama.cpp `n_swa`).
+    SlidingWindow(usize),
+    /// A key-padding mask input `[B, S_k]`: keys whose value is ≥ 0.5 are kept (BERT).
+    Custom,
+    /// An additive bias input broadcastable to `[B, H, S_q, S_k]`.
+    Bias,
+}
+
+impl MaskKind {
+    /// Whether the op takes the mask or bias as an extra input.
+    pub fn takes_input(self) -> bool {
+        matches!(self, MaskKind::Custom | MaskKind::Bias)
+    }
+}
+
+/// `softmax(mask((Q·Kᵀ)·α))·V` per batch item and head, with optional Gemma-2 logit softcap
+/// `s = c·tanh(s/c)`; inputs `(q, k, v)` plus `mask` when `mask_kind` takes one. `S_k` may
+/// differ from `S_q`. The output has Q's layout with per-head width `v_head_dim`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attention {
+    pub num_heads: usize,
+    pub head_dim: usize,
+    /// Per-head width of V and of the output; `head_dim` when `None`.
+    pub v_head_dim: Option<usize>,
+    pub mask_kind: MaskKind,
+    /// The logit scale `α`; `1/√head_dim` when `None`.
+    pub score_scale: Option<f32>,
+    /// The softcap `c`, applied before masking; none when `None`.
+    pub attn_logit_softcap: Option<f32>,
+}
+
+impl Attention {
+    /// Plain multi-head attention: default scale, no softcap, V as wide as Q.
+    pub fn new(num_heads: usize, head_dim: usize, mask_kind: MaskKind) -> Attention {
+        Attention { num_heads, head_dim, v_head_dim: None, mask_kind, score_scale: None, attn_logit_softcap: None }
+    }
+
+    /// The logit scale actually applied.
+    pub fn scale(&self) -> f32 {
+        self.score_scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
+    }
+}
+
+/// Which input `AttentionBackward` differentiates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AttentionBwdWrt {
+    Query,
+    Key,
+    Value,
+}
+
+/// One of `dQ`, `dK`, `dV` of `Attention` with default scale, no softcap and `v_head_dim =
+/// head_dim` (other forms are differentiated through the decomposition); inputs
+/// `(q, k, v, dy)` plus the mask. `dS` is zero at masked positions; the mask gets no gradient.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionBackward {
+    pub num_heads: usize,
+    pub head_dim: usize,
+    pub mask_kind: MaskKind,
+    pub wrt: AttentionBwdWrt,
+}
+
+/// `dQ`, `dK` and `dV` at once (three outputs), recomputing scores and softmax once; inputs
+/// and rules as `AttentionBackward`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionBackwardAll {
+    pub num_heads: usize,
+    pub head_dim: usize,
+    pub mask_kind: MaskKind,
+}
+
+/// The position of the sequence axis in an attention or rope layout of `rank`.
+fn seq_axis(rank: usize) -> usize {
+    match rank {
+        4 | 3 => rank - 2,
+        _ => 0,
+    }
+}
+
+/// `heads·width`, or an error when the attributes overflow.
+fn heads_times(heads: usize, width: usize) -> Result<usize, String> {
+    heads
+        .checked_mul(width)
+        .ok_or_else(|| format!("{heads} heads × {width} overflow"))
+}
+
+/// `axis` of `name` must be `want` (`what` says where that size comes from).
+fn expect_dim(name: &str, t: &TensorType, axis: usize, want: &Dim, what: &str) -> Result<(), String> {
+    let got = t.shape.dim(axis);
+    if got != want {
+        return Err(format!("axis {axis} of {name} {t} is {got}, expected {want} ({what})"));
+    }
+    Ok(())
+}
+
+/// Whether `src` stretches to `target` under NumPy broadcasting without changing it.
+fn broadcasts_to(src: &Shape, target: &Shape) -> bool {
+    src.rank() <= target.rank()
+        && src.dims().iter().rev().zip(target.dims().iter().rev()).all(|(s, t)| s == t || *s == Dim::Static(1))
+}
+
+/// Checks the heads attributes shared by the forward and backward kinds.
+fn check_heads(num_heads: usize, head_dim: usize, mask_kind: MaskKind) -> Result<(), String> {
+    if num_heads == 0 || head_dim == 0 {
+        return Err(format!("num_heads {num_heads} and head_dim {head_dim} must be at least 1"));
+    }
+    if mask_kind == MaskKind::SlidingWindow(0) {
+        return Err("a sliding window must hold at least 1 key".into());
+    }
+    Ok(())
+}
+
+/// Checks `(q, k, v)` in one of the three layouts and returns the output type, whose per-head
+/// width is `v_dim`.
+fn check_qkv(num_heads: usize, head_dim: usize, v_dim: usize, qkv: &[TensorType]) -> Result<TensorType, String> {
+    let (q, k, v) = (&qkv[0], &qkv[1], &qkv[2]);
+    if !q.dtype.is_float() {
+        return Err(format!("q {q} must be a float tensor"));
+    }
+    let rank = q.rank();
+    if !(2..=4).contains(&rank) {
+        return Err(format!("q {q} must be [B, H, S, D], [B, S, H·D] or [S, H·D]"));
+    }
+    for (name, t) in [("k", k), ("v", v)] {
+        if t.dtype != q.dtype || t.rank() != rank {
+            return Err(format!("{name} {t} must be a {} tensor of rank {rank}, like q {q}", q.dtype));
+        }
+    }
+    let (qk_width, v_width, what_qk, what_v) = if rank == 4 {
+        (head_dim, v_dim, "head_dim", "v_head_dim")
+    } else {
+        (heads_times(num_heads, head_dim)?, heads_times(num_heads, v_dim)?, "num_heads × head_dim", "num_heads × v_head_dim")
+    };
+    let last = rank - 1;
+    let s = seq_axis(rank);
+    expect_dim("q", q, last, &Dim::Static(qk_width), what_qk)?;
+    expect_dim("k", k, last, &Dim::Static(qk_width), what_qk)?;
+    expect_dim("v", v, last, &Dim::Static(v_width), what_v)?;
+    if rank == 4 {
+        for (name, t) in [("q", q), ("k", k), ("v", v)] {
+            expect_dim(name, t, 1, &Dim::Static(num_heads), "num_heads")?;
+        }
+    }
+    if rank >= 3 {
+        expect_dim("k", k, 0, q.shape.dim(0), "the batch of q")?;
+        expect_dim("v", v, 0, q.shape.dim(0), "the batch of q")?;
+    }
+    expect_dim("v", v, s, k.shape.dim(s), "the key length of k")?;
+    let mut out = q.shape.clone();
+    out.0[last] = Dim::Static(v_width);
+    Ok(TensorType::new(q.dtype, out))
+}
+
+/// Checks the mask or bias input against `q [.., S_q, ..]` and `k [.., S_k, ..]`.
+fn check_mask(mask_kind: MaskKind, mask: &TensorType, q: &TensorType, k: &TensorType, num_heads: usize) -> Result<(), String> {
+    let s = seq_axis(q.rank());
+    let batch = if q.rank() >= 3 { q.shape.dim(0).clone() } else { Dim::Static(1) };
+    let (s_q, s_k) = (q.shape.dim(s).clone(), k.shape.dim(s).clone());
+    let (target, what) = match mask_kind {
+        MaskKind::Custom => {
+            if !(mask.dtype.is_float() || mask.dtype == crate::DType::Bool) {
+                return Err(format!("mask {mask} must be float or bool"));
+            }
+            (Shape(vec![batch, s_k]), "[B, S_k]")
+        }
+        _ => {
+            if !mask.dtype.is_float() {
+                return Err(format!("bias {mask} must be a float tensor"));
+            }
+            (Shape(vec![batch, Dim::Static(num_heads), s_q, s_k]), "[B, H, S_q, S_k]")
+        }
+    };
+    if !broadcasts_to(&mask.shape, &target) {
+        return Err(format!("{} {mask} does not broadcast to {what} = {target}", if mask_kind == MaskKind::Custom { "mask" } else { "bias" }));
+    }
+    Ok(())
+}
+
+impl OpDef for Attention {
+    fn arity(&self) -> Arity {
+        Arity::Exact(if self.mask_kind.takes_input() { 4 } else { 3 })
+    }
+    fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        check_heads(self.num_heads, self.head_dim, self.mask_kind)?;
+        if self.v_head_dim == Some(0) {
+            return Err("v_head_dim must be at least 1".into());
+        }
+        if let Some(a) = self.score_scale.filter(|a| !a.is_finite()) {
+            return Err(format!("score_scale must be finite, got {a}"));
+        }
+        if let Some(c) = self.attn_logit_softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(format!("attn_logit_softcap must be finite and positive, got {c}"));
+        }
+        let v_dim = self.v_head_dim.unwrap_or(self.head_dim);
+        let out = check_qkv(self.num_heads, self.head_dim, v_dim, inputs)?;
+        if self.mask_kind.takes_input() {
+            check_mask(self.mask_kind, &inputs[3], &inputs[0], &inputs[1], self.num_heads)?;
+        }
+        Ok(vec![out])
+    }
+}
+
+/// Checks `(q, k, v, dy, mask?)` of the backward kinds; `dy` has the type of `q`.
+fn check_backward(num_heads: usize, head_dim: usize, mask_kind: MaskKind, inputs: &[TensorType]) -> Result<(), String> {
+    check_heads(num_heads, head_dim, mask_kind)?;
+    let out = check_qkv(num_heads, head_dim, head_dim, inputs)?;
+    let dy = &inputs[3];
+    if *dy != out {
+        return Err(format!("the upstream gradient {dy} must have the type of the attention output {out}"));
+    }
+    if mask_kind.takes_input() {
+        check_mask(mask_kind, &inputs[4], &inputs[0], &inputs[1], num_heads)?;
+    }
+    Ok(())
+}
+
+impl OpDef for AttentionBackward {
+    fn arity(&self) -> Arity {
+        Arity::Exact(if self.mask_kind.takes_input() { 5 } else { 4 })
+    }
+    fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        check_backward(self.num_heads, self.head_dim, self.mask_kind, inputs)?;
+        let i = match self.wrt {
+            AttentionBwdWrt::Query => 0,
+            AttentionBwdWrt::Key => 1,
+            AttentionBwdWrt::Value => 2,
+        };
+        Ok(vec![inputs[i].clone()])
+    }
+}
+
+impl OpDef for AttentionBackwardAll {
+    fn arity(&self) -> Arity {
+        Arity::Exact(if self.mask_kind.takes_input() { 5 } else { 4 })
+    }
+    fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        check_backward(self.num_heads, self.head_dim, self.mask_kind, inputs)?;
+        Ok(inputs[..3].to_vec())
+    }
+}
+
+/// `[q, k, v, dy]` plus the mask, if any.
+fn with_mask(mut inputs: Vec<ValueId>, mask: Option<ValueId>) -> Vec<ValueId> {
+    inputs.extend(mask);
+    inputs
+}
+
+/// Builders for attention.
+impl Graph {
+    /// Attention of `q`, `k`, `v`; `mask` is the mask or bias input of a `Custom`/`Bias` mask.
+    pub fn attention(&mut self, attrs: Attention, q: ValueId, k: ValueId, v: ValueId, mask: Option<ValueId>) -> crate::Result<ValueId> {
+        self.add1(attrs, &with_mask(vec![q, k, v], mask))
+    }
+
+    /// The gradient of attention w.r.t. `attrs.wrt`, for the upstream `dy`.
+    pub fn attention_backward(
+        &mut self,
+        attrs: AttentionBackward,
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        dy: ValueId,
+        mask: Option<ValueId>,
+    ) -> crate::Result<ValueId> {
+        self.add1(attrs, &with_mask(vec![q, k, v, dy], mask))
+    }
+
+    /// `[dq, dk, dv]` of attention for the upstream `dy`.
+    pub fn attention_backward_all(
+        &mut self,
+        attrs: AttentionBackwardAll,
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        dy: ValueId,
+        mask: Option<ValueId>,
+    ) -> crate::Result<Vec<ValueId>> {
+        let node: NodeId = self.add(attrs, &with_mask(vec![q, k, v, dy], mask))?;
+        Ok((0..3).map(|i| ValueId::new(node, i)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    fn ty(dims: &[&str]) -> TensorType {
+        let dims = dims.iter().map(|d| d.parse::<usize>().map(Dim::Static).unwrap_or_else(|_| Dim::sym(d)));
+        TensorType::new(DType::F32, Shape(dims.collect()))
+    }
+
+    #[test]
+    fn head_major_and_packed_layouts() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["B", "8", "S", "64"]));
+        let k = g.input("k", ty(&["B", "8", "T", "64"]));
+        let v = g.input("v", ty(&["B", "8", "T", "128"]));
+        let attrs = Attention { v_head_dim: Some(128), ..Attention::new(8, 64, MaskKind::Causal) };
+        let o = g.attention(attrs, q, k, v, None).unwrap();
+        assert_eq!(g.ty(o), &ty(&["B", "8", "S", "128"]));
+        let q3 = g.input("q3", ty(&["B", "S", "512"]));
+        let k3 = g.input("k3", ty(&["B", "T", "512"]));
+        let o = g.attention(Attention::new(8, 64, MaskKind::None), q3, k3, k3, None).unwrap();
+        assert_eq!(g.ty(o), g.ty(q3));
+        let e = g.attention(Attention::new(8, 32, MaskKind::None), q3, k3, k3, None).unwrap_err().to_string();
+        assert!(e.contains("axis 2 of q f32[B, S, 512] is 512, expected 256 (num_heads × head_dim)"), "{e}");
+    }
+
+    #[test]
+    fn values_follow_the_keys() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["B", "4", "S", "16"]));
+        let k = g.input("k", ty(&["B", "4", "T", "16"]));
+        let e = g.attention(Attention::new(4, 16, MaskKind::None), q, k, q, None).unwrap_err().to_string();
+        assert!(e.contains("axis 2 of v f32[B, 4, S, 16] is S, expected T (the key length of k)"), "{e}");
+    }
+
+    #[test]
+    fn masks_broadcast_to_their_layout() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["B", "S", "64"]));
+        let pad = g.input("pad", TensorType::new(DType::Bool, ty(&["B", "S"]).shape));
+        assert!(g.attention(Attention::new(2, 32, MaskKind::Custom), q, q, q, Some(pad)).is_ok());
+        let bias = g.input("bias", ty(&["1", "2", "S", "S"]));
+        assert!(g.attention(Attention::new(2, 32, MaskKind::Bias), q, q, q, Some(bias)).is_ok());
+        let e = g.attention(Attention::new(2, 32, MaskKind::Custom), q, q, q, Some(bias)).unwrap_err().to_string();
+        assert!(e.contains("does not broadcast to [B, S_k] = [B, S]"), "{e}");
+        let e = g.attention(Attention::new(2, 32, MaskKind::Bias), q, q, q, None).unwrap_err().to_string();
+        assert!(e.contains("takes 4 inputs, got 3"), "{e}");
+    }
+
+    #[test]
+    fn backward_all_has_three_outputs() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["B", "2", "S", "8"]));
+        let k = g.input("k", ty(&["B", "2", "T", "8"]));
+        let attrs = AttentionBackwardAll { num_heads: 2, head_dim: 8, mask_kind: MaskKind::SlidingWindow(4) };
+        let d = g.attention_backward_all(attrs, q, k, k, q, None).unwrap();
+        assert_eq!(d.iter().map(|v| g.ty(*v).clone()).collect::<Vec<_>>(), vec![ty(&["B", "2", "S", "8"]), ty(&["B", "2", "T", "8"]), ty(&["B", "2", "T", "8"])]);
+        let attrs = AttentionBackward { num_heads: 2, head_dim: 8, mask_kind: MaskKind::None, wrt: AttentionBwdWrt::Key };
+        let dk = g.attention_backward(attrs.clone(), q, k, k, q, None).unwrap();
+        assert_eq!(g.ty(dk), g.ty(k));
+        let e = g.attention_backward(attrs, q, k, k, k, None).unwrap_err().to_string();
+        assert!(e.contains("upstream gradient f32[B, 2, T, 8] must have the type of the attention output f32[B, 2, S, 8]"), "{e}");
+    }
+
+    #[test]
+    fn attributes_are_checked() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["S", "64"]));
+        let capped = Attention { attn_logit_softcap: Some(0.0), ..Attention::new(1, 64, MaskKind::None) };
+        assert!(g.attention(capped, q, q, q, None).unwrap_err().to_string().contains("softcap"));
+        assert!(g.attention(Attention::new(1, 64, MaskKind::SlidingWindow(0)), q, q, q, None).is_err());
+        assert_eq!(Attention::new(1, 64, MaskKind::None).scale(), 0.125);
+    }
+}
