@@ -2,8 +2,8 @@
 //! node. Every one has a primitive decomposition, so emitting them is always safe.
 //!
 //! The per-element regions (`ElementwiseRegion`, `TransformRegion`, `BatchElementwiseRegion`)
-//! live in [`region`]; the layer-level blocks (attention, transformer layer, conv epilogue) in
-//! [`block`]; this file holds the small epilogue fusions and the shape checks they share.
+//! live in `fused/region.rs`; the layer-level blocks (attention, transformer layer, conv epilogue)
+//! in `fused/block.rs`; this file holds the small epilogue fusions and the shape checks they share.
 //!
 //! The fused ops check their operands with private rules of their own rather than by calling
 //! the inference of the ops they fuse (`MatMul`, `LayerNorm`, `Conv`, `Attention`), so the
