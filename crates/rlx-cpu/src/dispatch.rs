@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::elementwise;
+use crate::kernels::{elementwise, matmul};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -18,6 +18,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Fma(_) => elementwise::fma(ins[0], ins[1], ins[2], out),
         Op::ReluBackward(_) => elementwise::relu_backward(ins[0], ins[1], out),
         Op::ActivationBackward(a) => elementwise::activation_backward(a.kind, ins[0], ins[1], out),
+        // matmul
+        Op::MatMul(_) => matmul::matmul(ins[0], ins[1], out),
+        Op::DotGeneral(d) => matmul::dot_general(d, ins[0], ins[1], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

@@ -19,5 +19,8 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Fma,
         ReluBackward,
         ActivationBackward,
+        // matmul
+        MatMul,
+        DotGeneral,
     ]
 };
