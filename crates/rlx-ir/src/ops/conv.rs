@@ -1,5 +1,5 @@
-//! Convolution, pooling and resize (OPS.md §10); their backward ops (§22) live in
-//! [`backward`].
+//! Convolution, pooling and resize (OPS.md §10); their backward ops (§22) live in the
+//! `backward` submodule.
 //!
 //! Layouts are NCHW / NCDHW; conv weights are `[C_out, C_in/groups, k…]`, transposed-conv
 //! weights `[C_in, C_out/groups, k…]`. Spatial extents follow
