@@ -104,12 +104,19 @@ pub struct Interpolate3d {
 ///
 /// The derived name is deterministic, so equal products of equal symbols stay equal; the
 /// core has no symbolic arithmetic, so this is the only product rlx-ir can express.
-pub(crate) fn scaled_dim(d: &Dim, k: usize) -> Dim {
-    match d {
-        Dim::Static(n) => Dim::Static(n * k),
+pub(crate) fn scaled_dim(d: &Dim, k: usize) -> Result<Dim, String> {
+    Ok(match d {
+        Dim::Static(n) => Dim::Static(n.checked_mul(k).ok_or_else(|| format!("{n}·{k} overflows"))?),
         Dim::Sym(_) if k == 1 => d.clone(),
         Dim::Sym(s) => Dim::Sym(format!("{s}_x{k}")),
-    }
+    })
+}
+
+/// `a·b + c` without overflow.
+fn mul_add(a: usize, b: usize, c: usize) -> Result<usize, String> {
+    a.checked_mul(b)
+        .and_then(|v| v.checked_add(c))
+        .ok_or_else(|| format!("window arithmetic {a}·{b} + {c} overflows"))
 }
 
 /// `d / k`, which must divide exactly; a symbolic `d` passes only with `k = 1`.
@@ -218,9 +225,10 @@ impl Window {
         let mut out = Vec::with_capacity(spatial.len());
         for (i, d) in spatial.iter().enumerate() {
             let (k, s, p, dl) = (self.kernel[i], self.stride[i], self.padding[i], self.dilation[i]);
-            let span = dl * (k - 1) + 1;
+            let span = mul_add(dl, k - 1, 1)?;
+            let two_p = mul_add(p, 2, 0)?;
             let n = match d {
-                Dim::Sym(_) if s == 1 && 2 * p + 1 == span => {
+                Dim::Sym(_) if s == 1 && two_p.checked_add(1) == Some(span) => {
                     out.push(d.clone());
                     continue;
                 }
@@ -231,13 +239,13 @@ impl Window {
                 }
                 Dim::Static(n) => *n,
             };
-            if n + 2 * p < span {
+            let padded = mul_add(p, 2, n)?;
+            if padded < span {
                 return Err(format!(
-                    "window span {span} exceeds the padded extent {} of spatial axis {i} of {ctx}",
-                    n + 2 * p
+                    "window span {span} exceeds the padded extent {padded} of spatial axis {i} of {ctx}"
                 ));
             }
-            out.push(Dim::Static((n + 2 * p - span) / s + 1));
+            out.push(Dim::Static((padded - span) / s + 1));
         }
         Ok(out)
     }
@@ -253,9 +261,10 @@ impl Window {
                     "output_padding {op} on spatial axis {i} must be below max(stride {s}, dilation {dl})"
                 ));
             }
-            let grow = dl * (k - 1) + op + 1;
+            let grow = mul_add(dl, k - 1, op)?.checked_add(1).ok_or("window arithmetic overflows")?;
+            let two_p = mul_add(p, 2, 0)?;
             let n = match d {
-                Dim::Sym(_) if s == 1 && grow == 2 * p + 1 => {
+                Dim::Sym(_) if s == 1 && two_p.checked_add(1) == Some(grow) => {
                     out.push(d.clone());
                     continue;
                 }
@@ -267,13 +276,13 @@ impl Window {
                 Dim::Static(0) => return Err(format!("spatial axis {i} of {ctx} is empty")),
                 Dim::Static(n) => *n,
             };
-            let full = (n - 1) * s + grow;
-            if full <= 2 * p {
+            let full = mul_add(n - 1, s, grow)?;
+            if full <= two_p {
                 return Err(format!(
                     "padding {p} leaves no output on spatial axis {i} of {ctx} (full extent {full})"
                 ));
             }
-            out.push(Dim::Static(full - 2 * p));
+            out.push(Dim::Static(full - two_p));
         }
         Ok(out)
     }
@@ -283,7 +292,7 @@ impl Window {
 fn conv_channels(x: &TensorType, w: &TensorType, groups: usize) -> Result<Dim, String> {
     positive("groups", groups)?;
     let (c_in, c_out) = (x.shape.dim(1), w.shape.dim(0));
-    let want = scaled_dim(w.shape.dim(1), groups);
+    let want = scaled_dim(w.shape.dim(1), groups)?;
     if *c_in != want {
         return Err(format!(
             "C_in {c_in} of x {x} must equal groups·w.dim(1) = {groups}·{} for w {w}",
@@ -303,7 +312,7 @@ fn transposed_channels(x: &TensorType, w: &TensorType, groups: usize) -> Result<
         return Err(format!("C_in {c_in} of x {x} must equal w.dim(0) of w {w}"));
     }
     divided_dim(c_in, groups, "C_in")?;
-    Ok(scaled_dim(w.shape.dim(1), groups))
+    scaled_dim(w.shape.dim(1), groups)
 }
 
 /// `[N, C, spatial…]` with `x`'s dtype.
@@ -397,12 +406,13 @@ impl OpDef for Im2Col {
         let win = Window::with_rank(2, &self.kernel_size, &self.stride, &self.padding, &self.dilation)?;
         check_rank("x", x, 2)?;
         let spatial = win.out(&x.shape.dims()[2..], x)?;
-        let cells: usize = spatial
-            .iter()
-            .map(|d| d.as_static().ok_or_else(|| format!("Im2Col needs static spatial extents, got {x}")))
-            .product::<Result<usize, String>>()?;
-        let rows = scaled_dim(x.shape.dim(0), cells);
-        let cols = scaled_dim(x.shape.dim(1), win.kernel.iter().product());
+        let cells = spatial.iter().try_fold(1usize, |acc, d| {
+            let n = d.as_static().ok_or_else(|| format!("Im2Col needs static spatial extents, got {x}"))?;
+            mul_add(acc, n, 0)
+        })?;
+        let taps = win.kernel.iter().try_fold(1usize, |acc, &k| mul_add(acc, k, 0))?;
+        let rows = scaled_dim(x.shape.dim(0), cells)?;
+        let cols = scaled_dim(x.shape.dim(1), taps)?;
         Ok(vec![TensorType::new(x.dtype, Shape(vec![rows, cols]))])
     }
 }
@@ -437,7 +447,7 @@ impl OpDef for ResizeNearest2x {
     fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let x = &inputs[0];
         check_rank("x", x, 2)?;
-        let spatial = x.shape.dims()[2..].iter().map(|d| scaled_dim(d, 2)).collect();
+        let spatial = x.shape.dims()[2..].iter().map(|d| scaled_dim(d, 2)).collect::<Result<_, _>>()?;
         Ok(vec![nc_out(x, x.shape.dim(1).clone(), spatial)])
     }
 }
@@ -624,6 +634,24 @@ mod tests {
         assert!(g.pool(i, p).is_ok());
         let mean = Pool { kind: ReduceOp::Mean, kernel_size: vec![2, 2], stride: vec![2, 2], padding: vec![] };
         assert!(g.pool(i, mean).unwrap_err().to_string().contains("Mean pooling does not apply to i32"));
+    }
+
+    #[test]
+    fn absurd_attributes_are_errors_not_overflows() {
+        let mut g = Graph::new();
+        let x = g.input("x", f32s(&[1, 3, 8, 8]));
+        let p = Pool { kind: ReduceOp::Max, kernel_size: vec![2, 2], stride: vec![], padding: vec![usize::MAX, 0] };
+        assert!(g.pool(x, p).unwrap_err().to_string().contains("overflows"));
+        let w = g.param("w", f32s(&[3, 3, 1, 1]));
+        let t = ConvTranspose2d {
+            kernel_size: vec![1, 1],
+            stride: vec![usize::MAX, 1],
+            padding: vec![],
+            dilation: vec![],
+            output_padding: vec![],
+            groups: 1,
+        };
+        assert!(g.conv_transpose2d(x, w, t).unwrap_err().to_string().contains("overflows"));
     }
 
     #[test]

@@ -61,7 +61,13 @@ impl Stack {
                 "hidden_size {hidden_size} and num_layers {num_layers} must be at least 1"
             ));
         }
-        Ok(Stack { h: hidden_size, layers: num_layers, dirs: if bidirectional { 2 } else { 1 }, gates })
+        let s = Stack { h: hidden_size, layers: num_layers, dirs: if bidirectional { 2 } else { 1 }, gates };
+        // L·D·G·H·H bounds every product of these factors below.
+        [s.dirs, s.gates, s.h, s.h]
+            .iter()
+            .try_fold(s.layers, |acc, &f| acc.checked_mul(f))
+            .ok_or_else(|| format!("hidden_size {hidden_size} and num_layers {num_layers} overflow the weight sizes"))?;
+        Ok(s)
     }
 
     /// Rows of all blocks stacked: `L·D·G·H`.
@@ -119,7 +125,10 @@ impl Stack {
         }
         let i = x.static_dim(2).map_err(|e| format!("flat w_ih {w}: {e}"))?;
         let gh = self.gates * self.h;
-        let len = self.dirs * gh * (i + (self.layers - 1) * self.dirs * self.h);
+        let len = ((self.layers - 1) * self.dirs * self.h)
+            .checked_add(i)
+            .and_then(|width| width.checked_mul(self.dirs * gh))
+            .ok_or_else(|| format!("w_ih for input size {i} overflows"))?;
         if w.shape != Shape::of(&[len]) {
             return Err(format!(
                 "w_ih {w} must be the flat concatenation [{len}] of [{gh}, in_l] blocks (in_0 = {i}, in_l = {})",
@@ -299,6 +308,15 @@ mod tests {
         assert_eq!(node.op.def().mutated_inputs(), vec![4, 5]);
         let e = g.lstm(lstm(2, true), x, w_hh, w_hh, b, None).unwrap_err().to_string();
         assert!(e.contains("flat concatenation [1344]"), "{e}");
+    }
+
+    #[test]
+    fn absurd_sizes_are_errors_not_overflows() {
+        let mut g = Graph::new();
+        let x = g.input("x", f32s(&[1, 2, 3]));
+        let attrs = Lstm { hidden_size: usize::MAX / 2, num_layers: 3, bidirectional: true, carry: false };
+        let e = g.lstm(attrs, x, x, x, x, None).unwrap_err().to_string();
+        assert!(e.contains("overflow the weight sizes"), "{e}");
     }
 
     #[test]

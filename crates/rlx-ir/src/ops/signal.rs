@@ -234,7 +234,8 @@ impl OpDef for WelchPeaks {
                 ))
             }
         };
-        Ok(vec![TensorType::new(DType::F32, Shape(vec![batch, Dim::Static(2 * self.k)]))])
+        let pairs = self.k.checked_mul(2).ok_or_else(|| format!("k {} overflows", self.k))?;
+        Ok(vec![TensorType::new(DType::F32, Shape(vec![batch, Dim::Static(pairs)]))])
     }
 }
 
@@ -259,7 +260,9 @@ impl OpDef for PartitionedConv {
             (_, Dim::Static(0)) => return Err(format!("ir {ir} is empty")),
             (l, Dim::Static(1)) => l.clone(),
             (Dim::Static(0), _) => return Err(format!("x {x} has no samples")),
-            (Dim::Static(l), Dim::Static(m)) => Dim::Static(l + m - 1),
+            (Dim::Static(l), Dim::Static(m)) => {
+                Dim::Static(l.checked_add(m - 1).ok_or_else(|| format!("{l} + {m} − 1 overflows"))?)
+            }
             _ => return Err(format!("x {x} and ir {ir} need static lengths for L + M − 1")),
         };
         let mut dims = x.shape.0.clone();

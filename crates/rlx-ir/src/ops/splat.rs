@@ -75,6 +75,9 @@ pub struct GaussianSplatRasterize {
 /// Length of `meta`.
 const META_LEN: usize = 23;
 
+/// A bound on `width·height` that keeps every buffer length far from overflow.
+const MAX_PIXELS: usize = 1 << 40;
+
 /// The rasterizer settings every splat op carries.
 struct Raster {
     width: u32,
@@ -113,6 +116,9 @@ impl Raster {
         ];
         if let Some((name, _)) = counts.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be at least 1"));
+        }
+        if self.pixels() > MAX_PIXELS {
+            return Err(format!("a {}×{} image exceeds {MAX_PIXELS} pixels", self.width, self.height));
         }
         if !(self.radius_scale > 0.0 && self.radius_scale.is_finite()) {
             return Err(format!("radius_scale {} must be positive and finite", self.radius_scale));
@@ -156,6 +162,9 @@ fn check_scene(inputs: &[TensorType]) -> Result<(usize, usize), String> {
         return Err(format!("opacities {opacities} must be f32[N]"));
     }
     let n = opacities.static_dim(0)?;
+    if n.checked_mul(15).is_none_or(|v| v > usize::MAX / 2) {
+        return Err(format!("{n} splats overflow the buffer sizes"));
+    }
     for (i, (name, per)) in [("positions", 3), ("scales", 3), ("rotations", 4), ("opacities", 1), ("colors", 3)].into_iter().enumerate() {
         flat(name, &inputs[i], per * n, &format!("{per}·N for N = {n} splats"))?;
     }

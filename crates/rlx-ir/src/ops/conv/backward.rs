@@ -99,7 +99,7 @@ fn backward_input(win: &Window, groups: usize, input_size: &[Dim], inputs: &[Ten
         return Err(format!("input_size {} must have {n} entries", Shape(input_size.to_vec())));
     }
     check_forward(win, input_size, &format!("input_size {}", Shape(input_size.to_vec())), dy)?;
-    Ok(vec![nc_out(dy, scaled_dim(w.shape.dim(1), groups), input_size.to_vec())])
+    Ok(vec![nc_out(dy, scaled_dim(w.shape.dim(1), groups)?, input_size.to_vec())])
 }
 
 /// `[C_out, C_in/groups, k…]` from `(x, ȳ)`.
