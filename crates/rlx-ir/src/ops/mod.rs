@@ -75,11 +75,6 @@ pub trait OpDef {
         Vec::new()
     }
 
-    /// False only for kinds whose attributes rlx-ir has not specified yet.
-    fn specified(&self) -> bool {
-        true
-    }
-
     /// Sub-graphs carried as attributes (control flow, `CustomFn`).
     fn subgraphs(&self) -> Vec<&crate::Graph> {
         Vec::new()
@@ -361,30 +356,6 @@ impl fmt::Display for OpKind {
     }
 }
 
-/// Defines attribute-less op structs for kinds whose family has not specified them yet;
-/// their inference reports that plainly instead of guessing.
-macro_rules! unspecified_ops {
-    ($($kind:ident),* $(,)?) => {
-        $(
-            #[doc = concat!("`", stringify!($kind), "` (see OPS.md); attributes not specified yet.")]
-            #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-            pub struct $kind {}
-
-            impl crate::ops::OpDef for $kind {
-                fn arity(&self) -> crate::ops::Arity {
-                    crate::ops::Arity::AtLeast(0)
-                }
-                fn infer(&self, _: &[crate::TensorType]) -> Result<Vec<crate::TensorType>, String> {
-                    Err(format!("{} is not specified in rlx-ir yet", stringify!($kind)))
-                }
-                fn specified(&self) -> bool {
-                    false
-                }
-            }
-        )*
-    };
-}
-pub(crate) use unspecified_ops;
 
 #[cfg(test)]
 mod tests {
