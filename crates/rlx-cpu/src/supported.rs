@@ -19,5 +19,14 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Fma,
         ReluBackward,
         ActivationBackward,
+        // shape
+        Reshape,
+        Transpose,
+        Narrow,
+        Slice,
+        Concat,
+        Expand,
+        Reverse,
+        Pad,
     ]
 };

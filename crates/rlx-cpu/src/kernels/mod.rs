@@ -2,6 +2,8 @@
 //! and [`Out`](crate::view::Out) results with its contract in the doc comment.
 
 pub mod elementwise;
+pub mod index;
+pub mod shape;
 pub mod real;
 
 use rayon::prelude::*;
