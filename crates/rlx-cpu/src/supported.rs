@@ -28,5 +28,13 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Expand,
         Reverse,
         Pad,
+        // index
+        Gather,
+        GatherBackward,
+        GatherNd,
+        GatherElements,
+        ScatterAdd,
+        ScatterNd,
+        ScatterElements,
     ]
 };

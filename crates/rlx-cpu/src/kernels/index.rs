@@ -176,8 +176,8 @@ fn tuples(batch_dims: usize, data: &In, indices: &In) -> Result<Tuples, String> 
     let batch_stride: usize = data.dims[b..].iter().product();
     let batches: usize = data.dims[..b].iter().product();
     let values = index_values(indices)?;
-    let count = if k == 0 { 0 } else { values.len() / k };
-    let per_batch = if batches == 0 { 0 } else { count / batches };
+    let count = values.len().checked_div(k).unwrap_or(0);
+    let per_batch = count.checked_div(batches).unwrap_or(0);
     let mut offsets = Vec::with_capacity(count);
     for t in 0..count {
         let mut off = (t / per_batch.max(1)) * batch_stride;
@@ -353,4 +353,62 @@ pub fn scatter_elements(axis: i32, r: ScatterReduction, data: In, indices: In, u
     let targets = element_targets(axis, &data, &indices)?;
     out.bytes.copy_from_slice(data.bytes);
     scatter_typed(r, &updates, &targets, 1, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ins<'a>(dtype: DType, dims: &'a [usize], bytes: &'a [u8]) -> In<'a> {
+        In { dtype, dims, bytes }
+    }
+
+    #[test]
+    fn bad_indices_name_value_and_position() {
+        let table = [0f32; 6];
+        let t = ins(DType::F32, &[3, 2], bytemuck::cast_slice(&table));
+        let idx = [0i64, 2, -1, 1];
+        let i = ins(DType::I64, &[2, 2], bytemuck::cast_slice(&idx));
+        let mut out = [0f32; 8];
+        let mut o = Out { dtype: DType::F32, dims: &[2, 2, 2], bytes: bytemuck::cast_slice_mut(&mut out) };
+        let e = gather(0, t, i, &mut o).unwrap_err();
+        assert_eq!(e, "index -1 at [1, 0] of the indices is outside [0, 3), the extent of axis 0 of the table [3, 2]");
+        // ONNX-derived ops wrap negatives but still reject what is out of range.
+        let idx = [[-3i32, 1], [3, 0]];
+        let i = ins(DType::I32, &[2, 2], bytemuck::cast_slice(&idx));
+        let mut out = [0f32; 2];
+        let mut o = Out { dtype: DType::F32, dims: &[2], bytes: bytemuck::cast_slice_mut(&mut out) };
+        let e = gather_nd(0, t, i, &mut o).unwrap_err();
+        assert_eq!(e, "index 3 at [1, 0] of the indices is outside [-3, 3), the extent of axis 0 of the data [3, 2]");
+        let idx = [1.0f32, f32::NAN];
+        let i = ins(DType::F32, &[2], bytemuck::cast_slice(&idx));
+        let mut out = [0f32; 4];
+        let mut o = Out { dtype: DType::F32, dims: &[2, 2], bytes: bytemuck::cast_slice_mut(&mut out) };
+        assert!(gather(0, t, i, &mut o).unwrap_err().contains("index NaN at [1]"));
+    }
+
+    #[test]
+    fn threaded_gather_matches_rows() {
+        let (rows, cols, n) = (50usize, 700usize, 90usize);
+        let table: Vec<u16> = (0..rows * cols).map(|v| v as u16).collect();
+        let idx: Vec<i32> = (0..n as i32).map(|i| (i * 7) % rows as i32).collect();
+        let mut out = vec![0u16; n * cols];
+        let mut o = Out { dtype: DType::F16, dims: &[n, cols], bytes: bytemuck::cast_slice_mut(&mut out) };
+        gather(0, ins(DType::F16, &[rows, cols], bytemuck::cast_slice(&table)), ins(DType::I32, &[n], bytemuck::cast_slice(&idx)), &mut o)
+            .unwrap();
+        for (r, &i) in idx.iter().enumerate() {
+            assert_eq!(out[r * cols..(r + 1) * cols], table[i as usize * cols..(i as usize + 1) * cols]);
+        }
+    }
+
+    #[test]
+    fn half_scatters_accumulate_in_f32() {
+        // 2048 + 1 + 1 in f16 steps stays 2048; accumulated in f32 it rounds once to 2050.
+        let upd = [f16::from_f32(2048.0), f16::ONE, f16::ONE];
+        let idx = [0i32, 0, 0];
+        let mut out = [f16::ZERO; 1];
+        let mut o = Out { dtype: DType::F16, dims: &[1], bytes: bytemuck::cast_slice_mut(&mut out) };
+        scatter_add(ins(DType::F16, &[3], bytemuck::cast_slice(&upd)), ins(DType::I32, &[3], bytemuck::cast_slice(&idx)), &mut o).unwrap();
+        assert_eq!(out[0].to_f32(), 2050.0);
+    }
 }

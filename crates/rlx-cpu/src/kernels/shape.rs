@@ -317,28 +317,15 @@ pub fn pad(pads: &[[usize; 2]], mode: &PadMode, x: In, out: &mut Out) -> Result<
         return Ok(());
     }
     let fill = scalar_bytes(if let PadMode::Constant(v) = mode { *v } else { 0.0 }, x.dtype);
-    let maps: Vec<Vec<Option<usize>>> = (0..rank).map(|a| pad_sources(x.dims[a], pads[a][0], pads[a][1], mode)).collect();
-    let src_strides = strides(x.dims);
-    let size = x.dtype.size();
-    by_size!(size, T => pad_typed::<T>(
-        x.get::<T>(),
-        &maps,
-        &src_strides,
-        x.dims[rank - 1],
-        pads[rank - 1][0],
-        bytemuck::pod_read_unaligned(&fill),
-        out.dims,
-        out.get::<T>(),
-    ));
+    by_size!(x.dtype.size(), T => pad_typed::<T>(x.get::<T>(), x.dims, pads, mode, bytemuck::pod_read_unaligned(&fill), out.dims, out.get::<T>()));
     Ok(())
 }
 
 fn pad_typed<T: Pod + Send + Sync>(
     src: &[T],
-    maps: &[Vec<Option<usize>>],
-    src_strides: &[usize],
-    src_inner: usize,
-    before: usize,
+    src_dims: &[usize],
+    pads: &[[usize; 2]],
+    mode: &PadMode,
     fill: T,
     out_dims: &[usize],
     dst: &mut [T],
@@ -348,8 +335,11 @@ fn pad_typed<T: Pod + Send + Sync>(
     if dst.is_empty() {
         return;
     }
+    let maps: Vec<Vec<Option<usize>>> = (0..rank).map(|a| pad_sources(src_dims[a], pads[a][0], pads[a][1], mode)).collect();
+    let src_strides = strides(src_dims);
+    let before = pads[rank - 1][0];
     let last = &maps[rank - 1];
-    let d = src_inner;
+    let d = src_dims[rank - 1];
     let row = |r: usize, out: &mut [T]| {
         let mut rem = r;
         let mut base = 0usize;
@@ -373,5 +363,98 @@ fn pad_typed<T: Pod + Send + Sync>(
         dst.chunks_mut(inner).enumerate().for_each(|(r, o)| row(r, o));
     } else {
         dst.par_chunks_mut(inner).enumerate().for_each(|(r, o)| row(r, o));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The strided read done one element at a time.
+    fn naive(src: &[u32], v: &Strided) -> Vec<u32> {
+        let n: usize = v.dims.iter().product();
+        (0..n)
+            .map(|mut o| {
+                let mut off = v.offset;
+                for a in (0..v.dims.len()).rev() {
+                    off += (o % v.dims[a]) as isize * v.strides[a];
+                    o /= v.dims[a];
+                }
+                src[off as usize]
+            })
+            .collect()
+    }
+
+    fn check(src_len: usize, v: Strided) {
+        let src: Vec<u32> = (0..src_len as u32).collect();
+        let mut dst = vec![0u32; v.dims.iter().product()];
+        copy_strided(4, bytemuck::cast_slice(&src), &v, bytemuck::cast_slice_mut(&mut dst));
+        assert_eq!(dst, naive(&src, &v), "{v:?}");
+    }
+
+    #[test]
+    fn simplify_merges_and_drops_axes() {
+        let v = Strided { dims: vec![2, 1, 3, 4], strides: vec![12, 99, 4, 1], offset: 5 };
+        assert_eq!(v.simplified(), Strided { dims: vec![24], strides: vec![1], offset: 5 });
+        let t = Strided { dims: vec![4, 3, 2], strides: vec![1, 8, 4], offset: 0 };
+        assert_eq!(t.simplified(), Strided { dims: vec![4, 6], strides: vec![1, 4], offset: 0 });
+    }
+
+    #[test]
+    fn every_path_matches_the_naive_read_small_and_threaded() {
+        for (r, c) in [(5, 7), (300, 211)] {
+            // 2-D transpose (tiled), with a batch.
+            check(r * c, Strided { dims: vec![c, r], strides: vec![1, c as isize], offset: 0 });
+            check(3 * r * c, Strided { dims: vec![3, c, r], strides: vec![(r * c) as isize, 1, c as isize], offset: 0 });
+            // Reversed rows and a negative-step slice.
+            check(r * c, Strided { dims: vec![r, c], strides: vec![c as isize, -1], offset: c as isize - 1 });
+            check(r * c, Strided { dims: vec![r / 2, c], strides: vec![-2 * c as isize, 1], offset: ((r - 1) * c) as isize });
+            // Broadcast inner and outer axes.
+            check(c, Strided { dims: vec![r, c], strides: vec![0, 1], offset: 0 });
+            check(r, Strided { dims: vec![r, c], strides: vec![1, 0], offset: 0 });
+            // A general 4-D permutation.
+            let (a, b) = (r / 5 + 1, 3);
+            check(a * b * 4 * c, Strided {
+                dims: vec![c, b, a, 4],
+                strides: vec![1, (4 * c) as isize, (b * 4 * c) as isize, c as isize],
+                offset: 0,
+            });
+        }
+    }
+
+    fn ins<'a>(dtype: DType, dims: &'a [usize], bytes: &'a [u8]) -> In<'a> {
+        In { dtype, dims, bytes }
+    }
+
+    #[test]
+    fn pad_and_concat_run_threaded() {
+        let (r, c) = (181, 203);
+        let x: Vec<f32> = (0..r * c).map(|i| i as f32).collect();
+        let out_dims = [r + 3, c + 5];
+        let mut out = vec![0f32; out_dims[0] * out_dims[1]];
+        let mut o = Out { dtype: DType::F32, dims: &out_dims, bytes: bytemuck::cast_slice_mut(&mut out) };
+        pad(&[[1, 2], [3, 2]], &PadMode::Circular, ins(DType::F32, &[r, c], bytemuck::cast_slice(&x)), &mut o).unwrap();
+        for i in 0..out_dims[0] {
+            for j in 0..out_dims[1] {
+                let (si, sj) = ((i + r - 1) % r, (j + c - 3) % c);
+                assert_eq!(out[i * out_dims[1] + j], x[si * c + sj]);
+            }
+        }
+        let cat_dims = [r, 2 * c];
+        let mut cat = vec![0f32; 2 * r * c];
+        let mut o = Out { dtype: DType::F32, dims: &cat_dims, bytes: bytemuck::cast_slice_mut(&mut cat) };
+        let x_dims = [r, c];
+        let xi = ins(DType::F32, &x_dims, bytemuck::cast_slice(&x));
+        concat(1, &[xi, xi], &mut o).unwrap();
+        assert!((0..r).all(|i| cat[i * 2 * c..i * 2 * c + c] == x[i * c..(i + 1) * c] && cat[i * 2 * c + c..(i + 1) * 2 * c] == x[i * c..(i + 1) * c]));
+    }
+
+    #[test]
+    fn slice_past_the_extent_is_an_error() {
+        let x = [0u8; 4];
+        let mut out = [0u8; 3];
+        let mut o = Out { dtype: DType::U8, dims: &[3], bytes: &mut out };
+        let e = slice(0, 1, 2, ins(DType::U8, &[4], &x), &mut o).unwrap_err();
+        assert!(e.contains("start 1 with step 2 and len 3"), "{e}");
     }
 }
