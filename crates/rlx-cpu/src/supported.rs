@@ -22,5 +22,22 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         // matmul
         MatMul,
         DotGeneral,
+        // shape
+        Reshape,
+        Transpose,
+        Narrow,
+        Slice,
+        Concat,
+        Expand,
+        Reverse,
+        Pad,
+        // index
+        Gather,
+        GatherBackward,
+        GatherNd,
+        GatherElements,
+        ScatterAdd,
+        ScatterNd,
+        ScatterElements,
     ]
 };

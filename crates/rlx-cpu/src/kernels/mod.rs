@@ -3,6 +3,8 @@
 
 pub mod elementwise;
 pub mod matmul;
+pub mod index;
+pub mod shape;
 pub mod real;
 
 use rayon::prelude::*;
