@@ -1,6 +1,7 @@
 //! The one place that maps each claimed op onto its kernel.
 
 use crate::kernels::elementwise;
+use crate::kernels::reduce;
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -18,6 +19,20 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Fma(_) => elementwise::fma(ins[0], ins[1], ins[2], out),
         Op::ReluBackward(_) => elementwise::relu_backward(ins[0], ins[1], out),
         Op::ActivationBackward(a) => elementwise::activation_backward(a.kind, ins[0], ins[1], out),
+        // reduce
+        Op::Reduce(a) => reduce::reduce(a.op, &a.axes, ins[0], out),
+        Op::Cumsum(a) => reduce::cumsum(a.axis, a.exclusive, ins[0], out),
+        Op::CumProd(a) => reduce::cum_prod(a.axis, a.exclusive, ins[0], out),
+        Op::CumMax(a) => reduce::cum_max(a.axis, a.exclusive, ins[0], out),
+        Op::CumsumBackward(a) => reduce::cumsum_backward(a.axis, a.exclusive, ins[0], out),
+        Op::ArgMax(a) => reduce::arg_max(a.axis, ins[0], out),
+        Op::ArgMin(a) => reduce::arg_min(a.axis, ins[0], out),
+        Op::TopK(a) => {
+            let [values, indices] = outs else { return Err("TopK has two outputs".into()) };
+            reduce::top_k(a.k, ins[0], values, indices)
+        }
+        Op::Sort(a) => reduce::sort(a.axis, a.descending, ins[0], out),
+        Op::ArgSort(a) => reduce::arg_sort(a.axis, a.descending, ins[0], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

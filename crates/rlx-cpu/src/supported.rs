@@ -19,5 +19,16 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Fma,
         ReluBackward,
         ActivationBackward,
+        // reduce
+        Reduce,
+        Cumsum,
+        CumProd,
+        CumMax,
+        CumsumBackward,
+        ArgMax,
+        ArgMin,
+        TopK,
+        Sort,
+        ArgSort,
     ]
 };

@@ -3,6 +3,8 @@
 
 pub mod elementwise;
 pub mod real;
+// reduce
+pub mod reduce;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
