@@ -1,7 +1,7 @@
 //! The one place that maps each claimed op onto its kernel.
 
 use crate::kernels::elementwise;
-use crate::kernels::reduce;
+use crate::kernels::{random, reduce, softmax};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -33,6 +33,15 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         }
         Op::Sort(a) => reduce::sort(a.axis, a.descending, ins[0], out),
         Op::ArgSort(a) => reduce::arg_sort(a.axis, a.descending, ins[0], out),
+        // softmax
+        Op::Softmax(a) => softmax::softmax(a.axis, ins[0], out),
+        Op::SoftmaxCrossEntropy(_) => softmax::softmax_cross_entropy(ins[0], ins[1], out),
+        Op::SoftmaxCrossEntropyWithLogits(a) => softmax::softmax_cross_entropy_with_logits(a.ignore_index, ins[0], ins[1], out),
+        Op::SoftmaxCrossEntropyBackward(a) => softmax::softmax_cross_entropy_backward(a.ignore_index, ins[0], ins[1], ins[2], out),
+        // random
+        Op::RngNormal(a) => random::rng_normal(a, out),
+        Op::RngUniform(a) => random::rng_uniform(a, out),
+        Op::Sample(a) => random::sample(a, ins[0], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

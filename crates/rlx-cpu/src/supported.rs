@@ -30,5 +30,14 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         TopK,
         Sort,
         ArgSort,
+        // softmax
+        Softmax,
+        SoftmaxCrossEntropy,
+        SoftmaxCrossEntropyWithLogits,
+        SoftmaxCrossEntropyBackward,
+        // random
+        RngNormal,
+        RngUniform,
+        Sample,
     ]
 };

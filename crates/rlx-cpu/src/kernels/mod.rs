@@ -5,6 +5,10 @@ pub mod elementwise;
 pub mod real;
 // reduce
 pub mod reduce;
+// softmax
+pub mod softmax;
+// random
+pub mod random;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
