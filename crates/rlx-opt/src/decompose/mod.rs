@@ -7,6 +7,10 @@
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
 mod elementwise;
+// reduce
+mod reduce;
+// softmax
+mod softmax;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -37,10 +41,18 @@ pub fn is_primitive(kind: OpKind) -> bool {
 /// Whether the common IR can lower `kind`.
 pub fn has_rule(kind: OpKind) -> bool {
     elementwise::KINDS.contains(&kind)
+        // reduce
+        || reduce::KINDS.contains(&kind)
+        // softmax
+        || softmax::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
 /// that replace its outputs; `None` when `op` has no decomposition.
 pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
     elementwise::decompose(op, g, inputs)
+        // reduce
+        .or_else(|| reduce::decompose(op, g, inputs))
+        // softmax
+        .or_else(|| softmax::decompose(op, g, inputs))
 }
