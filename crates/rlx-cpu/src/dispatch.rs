@@ -1,7 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::elementwise;
-use crate::kernels::{random, reduce, softmax};
+use crate::kernels::{elementwise, matmul, random, reduce, softmax};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -19,6 +18,9 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Fma(_) => elementwise::fma(ins[0], ins[1], ins[2], out),
         Op::ReluBackward(_) => elementwise::relu_backward(ins[0], ins[1], out),
         Op::ActivationBackward(a) => elementwise::activation_backward(a.kind, ins[0], ins[1], out),
+        // matmul
+        Op::MatMul(_) => matmul::matmul(ins[0], ins[1], out),
+        Op::DotGeneral(d) => matmul::dot_general(d, ins[0], ins[1], out),
         // reduce
         Op::Reduce(a) => reduce::reduce(a.op, &a.axes, ins[0], out),
         Op::Cumsum(a) => reduce::cumsum(a.axis, a.exclusive, ins[0], out),

@@ -19,6 +19,9 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Fma,
         ReluBackward,
         ActivationBackward,
+        // matmul
+        MatMul,
+        DotGeneral,
         // reduce
         Reduce,
         Cumsum,

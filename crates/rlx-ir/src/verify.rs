@@ -1,5 +1,6 @@
 //! The verifier: every input refers to an earlier value, every arity holds, every stored
-//! type is what inference re-derives, and the outputs exist — recursively into sub-graphs.
+//! type is what inference re-derives, input and parameter names are unique, and the outputs
+//! exist — recursively into sub-graphs.
 
 use crate::error::{IrError, Result};
 use crate::{Graph, ValueId};
@@ -27,6 +28,16 @@ pub fn verify(g: &Graph) -> Result<()> {
         }
         for sub in node.op.def().subgraphs() {
             verify(sub)?;
+        }
+    }
+    for kind in [crate::OpKind::Input, crate::OpKind::Param] {
+        let mut names: Vec<&str> = if kind == crate::OpKind::Input { g.inputs() } else { g.params() }
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(IrError::Invalid(format!("two {kind} nodes are named `{}`", w[0])));
         }
     }
     for v in g.outputs() {

@@ -75,10 +75,9 @@ pub trait OpDef {
         Vec::new()
     }
 
-    /// False only for kinds whose attributes rlx-ir has not specified yet.
-    fn specified(&self) -> bool {
-        true
-    }
+    /// Replaces symbolic dims held in attributes (reshape targets, declared shapes) by the
+    /// sizes `sizes` knows, so a specialized graph is fully static.
+    fn bind_symbols(&mut self, _sizes: &dyn Fn(&str) -> Option<usize>) {}
 
     /// Sub-graphs carried as attributes (control flow, `CustomFn`).
     fn subgraphs(&self) -> Vec<&crate::Graph> {
@@ -138,6 +137,13 @@ macro_rules! op_set {
 
             /// The op's definition: arity, inference and effects.
             pub fn def(&self) -> &dyn OpDef {
+                match self {
+                    $(Op::$kind(a) => a,)*
+                }
+            }
+
+            /// The op's definition, mutably (for [`OpDef::bind_symbols`]).
+            pub fn def_mut(&mut self) -> &mut dyn OpDef {
                 match self {
                     $(Op::$kind(a) => a,)*
                 }
@@ -361,30 +367,6 @@ impl fmt::Display for OpKind {
     }
 }
 
-/// Defines attribute-less op structs for kinds whose family has not specified them yet;
-/// their inference reports that plainly instead of guessing.
-macro_rules! unspecified_ops {
-    ($($kind:ident),* $(,)?) => {
-        $(
-            #[doc = concat!("`", stringify!($kind), "` (see OPS.md); attributes not specified yet.")]
-            #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-            pub struct $kind {}
-
-            impl crate::ops::OpDef for $kind {
-                fn arity(&self) -> crate::ops::Arity {
-                    crate::ops::Arity::AtLeast(0)
-                }
-                fn infer(&self, _: &[crate::TensorType]) -> Result<Vec<crate::TensorType>, String> {
-                    Err(format!("{} is not specified in rlx-ir yet", stringify!($kind)))
-                }
-                fn specified(&self) -> bool {
-                    false
-                }
-            }
-        )*
-    };
-}
-pub(crate) use unspecified_ops;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,208 @@
+//! Matrix products (OPS.md §4): `MatMul` with NumPy batch broadcasting and `DotGeneral`,
+//! on the `gemm` crate's packed, cache-blocked kernels (f32, f64, c32); half floats and
+//! mixed float operands run through f32; integers use a wrapping i64-accumulating loop.
+
+use crate::view::{broadcast_strides, for_each_broadcast, strides, In, Out};
+use gemm::Parallelism;
+use half::{bf16, f16};
+use num_complex::Complex32;
+use rayon::prelude::*;
+use rlx_ir::ops::matmul::DotGeneral;
+use rlx_ir::DType;
+
+/// Multiply-adds below which one product runs single-threaded.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// Matrix offsets (in elements) of each batch entry: `(a, b, out)`.
+type Batches = Vec<(usize, usize, usize)>;
+
+/// Geometry of a batched product of row-major `[m, k] × [k, n]` matrices.
+struct Gemm {
+    m: usize,
+    k: usize,
+    n: usize,
+    batches: Batches,
+}
+
+impl Gemm {
+    /// The geometry of `MatMul(a, b)` with output dims `out`. When `b` has no batch (or a
+    /// batch of one) the batch folds into `m`: one large product instead of many small ones.
+    fn of_matmul(a: &[usize], b: &[usize], out: &[usize]) -> Gemm {
+        let (ra, rb, ro) = (a.len(), b.len(), out.len());
+        let (m, k, n) = (a[ra - 2], a[ra - 1], b[rb - 1]);
+        let batch_out = &out[..ro - 2];
+        let a_batch: usize = a[..ra - 2].iter().product();
+        let b_batch: usize = b[..rb - 2].iter().product();
+        let out_batch: usize = batch_out.iter().product();
+        if b_batch == 1 && a_batch == out_batch {
+            return Gemm { m: m * out_batch, k, n, batches: vec![(0, 0, 0)] };
+        }
+        let sa = broadcast_strides(&a[..ra - 2], batch_out);
+        let sb = broadcast_strides(&b[..rb - 2], batch_out);
+        let mut batches = Vec::with_capacity(out_batch);
+        for_each_broadcast(batch_out, [&sa, &sb], |i, [ia, ib]| batches.push((ia * m * k, ib * k * n, i * m * n)));
+        if out_batch == 0 {
+            batches.clear();
+        }
+        Gemm { m, k, n, batches }
+    }
+
+    fn run<T: Copy + Send + Sync + 'static>(&self, a: &[T], b: &[T], o: &mut [T], zero: T, one: T) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        if m * n == 0 {
+            return;
+        }
+        if k == 0 {
+            o.fill(zero);
+            return;
+        }
+        let flops = m * n * k;
+        let threads = rayon::current_num_threads();
+        let one_gemm = |ao: usize, bo: usize, out: &mut [T], par: Parallelism| {
+            // Safety: the slices hold the full `[m,k]`, `[k,n]` and `[m,n]` row-major matrices
+            // at these offsets (checked by inference), and `out` does not alias the operands.
+            unsafe {
+                gemm::gemm(
+                    m, n, k,
+                    out.as_mut_ptr(), 1, n as isize, false,
+                    a[ao..].as_ptr(), 1, k as isize,
+                    b[bo..].as_ptr(), 1, n as isize,
+                    zero, one, false, false, false, par,
+                )
+            }
+        };
+        if self.batches.len() >= threads && flops < PAR_FLOPS * 4 {
+            let mut outs: Vec<(usize, usize, &mut [T])> = Vec::with_capacity(self.batches.len());
+            let mut rest = o;
+            let mut at = 0;
+            let mut order: Vec<&(usize, usize, usize)> = self.batches.iter().collect();
+            order.sort_by_key(|x| x.2);
+            for &&(ao, bo, oo) in &order {
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(oo - at);
+                let (mine, tail) = tail.split_at_mut(m * n);
+                outs.push((ao, bo, mine));
+                rest = tail;
+                at = oo + m * n;
+            }
+            outs.into_par_iter().for_each(|(ao, bo, out)| one_gemm(ao, bo, out, Parallelism::None));
+        } else {
+            let par = if flops >= PAR_FLOPS && threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
+            for &(ao, bo, oo) in &self.batches {
+                one_gemm(ao, bo, &mut o[oo..oo + m * n], par);
+            }
+        }
+    }
+
+    /// Integer products: exact i64 accumulation, wrapped to the element type.
+    fn run_int(&self, a: &[i64], b: &[i64], o: &mut [i64]) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        for &(ao, bo, oo) in &self.batches {
+            for i in 0..m {
+                let row = &mut o[oo + i * n..oo + (i + 1) * n];
+                row.fill(0);
+                for p in 0..k {
+                    let x = a[ao + i * k + p];
+                    for (r, &y) in row.iter_mut().zip(&b[bo + p * n..bo + (p + 1) * n]) {
+                        *r = r.wrapping_add(x.wrapping_mul(y));
+                    }
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, a: In, b: In, out: &mut Out) -> Result<(), String> {
+        match (a.dtype, b.dtype) {
+            (DType::F32, DType::F32) => self.run(a.get::<f32>(), b.get::<f32>(), out.get::<f32>(), 0.0, 1.0),
+            (DType::F64, DType::F64) => self.run(a.get::<f64>(), b.get::<f64>(), out.get::<f64>(), 0.0, 1.0),
+            (DType::C64, DType::C64) => {
+                let (z, o) = (Complex32::new(0.0, 0.0), Complex32::new(1.0, 0.0));
+                self.run(a.get::<Complex32>(), b.get::<Complex32>(), out.get::<Complex32>(), z, o)
+            }
+            (x, y) if x.is_float() && y.is_float() => {
+                let (fa, fb) = (widen(a), widen(b));
+                let mut fo = vec![0.0f32; out.numel()];
+                self.run(&fa, &fb, &mut fo, 0.0, 1.0);
+                narrow(&fo, out);
+            }
+            (x, _) if x.is_int() => {
+                let (ia, ib) = (ints(a), ints(b));
+                let mut io = vec![0i64; out.numel()];
+                self.run_int(&ia, &ib, &mut io);
+                store_ints(&io, out);
+            }
+            (x, y) => return Err(format!("no product kernel for {x} × {y}")),
+        }
+        Ok(())
+    }
+}
+
+/// Any float operand as f32.
+fn widen(x: In) -> Vec<f32> {
+    match x.dtype {
+        DType::F32 => x.get::<f32>().to_vec(),
+        DType::F64 => x.get::<f64>().iter().map(|&v| v as f32).collect(),
+        DType::F16 => x.get::<f16>().iter().map(|v| v.to_f32()).collect(),
+        _ => x.get::<bf16>().iter().map(|v| v.to_f32()).collect(),
+    }
+}
+
+/// Stores f32 results into a float output of any width.
+fn narrow(v: &[f32], out: &mut Out) {
+    match out.dtype {
+        DType::F32 => out.get::<f32>().copy_from_slice(v),
+        DType::F64 => out.get::<f64>().iter_mut().zip(v).for_each(|(o, &x)| *o = x as f64),
+        DType::F16 => out.get::<f16>().iter_mut().zip(v).for_each(|(o, &x)| *o = f16::from_f32(x)),
+        _ => out.get::<bf16>().iter_mut().zip(v).for_each(|(o, &x)| *o = bf16::from_f32(x)),
+    }
+}
+
+macro_rules! int_io {
+    ($($d:ident => $t:ty),*) => {
+        fn ints(x: In) -> Vec<i64> {
+            match x.dtype {
+                $(DType::$d => x.get::<$t>().iter().map(|&v| v as i64).collect(),)*
+                _ => unreachable!("integer dtypes only"),
+            }
+        }
+        fn store_ints(v: &[i64], out: &mut Out) {
+            match out.dtype {
+                $(DType::$d => out.get::<$t>().iter_mut().zip(v).for_each(|(o, &x)| *o = x as $t),)*
+                _ => unreachable!("integer dtypes only"),
+            }
+        }
+    };
+}
+int_io!(I8 => i8, U8 => u8, I16 => i16, I32 => i32, I64 => i64, U32 => u32);
+
+/// `MatMul`: `out[.., m, n] = Σ_k a[.., m, k]·b[.., k, n]`, batch dims broadcast; the output
+/// has the dtype of `a`.
+pub fn matmul(a: In, b: In, out: &mut Out) -> Result<(), String> {
+    Gemm::of_matmul(a.dims, b.dims, out.dims).dispatch(a, b, out)
+}
+
+/// Copies `x` with its axes reordered: output axis `i` is input axis `perm[i]`.
+pub fn permuted(x: In, perm: &[usize]) -> Vec<u8> {
+    let size = x.dtype.size();
+    let dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
+    let src = strides(x.dims);
+    let walk: Vec<usize> = perm.iter().map(|&p| src[p]).collect();
+    let mut out = vec![0u8; x.bytes.len()];
+    for_each_broadcast(&dims, [&walk], |o, [i]| out[o * size..(o + 1) * size].copy_from_slice(&x.bytes[i * size..(i + 1) * size]));
+    out
+}
+
+/// `DotGeneral` (jax.lax.dot_general): both sides are permuted to `[batch, free, contract]` /
+/// `[batch, contract, free]`, then one batched product gives XLA's output order directly.
+pub fn dot_general(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), String> {
+    let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
+    let (fa, fb) = (free(a.dims.len(), &d.lhs_contracting, &d.lhs_batch), free(b.dims.len(), &d.rhs_contracting, &d.rhs_batch));
+    let size = |x: &In, axes: &[usize]| axes.iter().map(|&i| x.dims[i]).product::<usize>();
+    let (batch, m, k, n) = (size(&a, &d.lhs_batch), size(&a, &fa), size(&a, &d.lhs_contracting), size(&b, &fb));
+    let pa: Vec<usize> = d.lhs_batch.iter().chain(&fa).chain(&d.lhs_contracting).copied().collect();
+    let pb: Vec<usize> = d.rhs_batch.iter().chain(&d.rhs_contracting).chain(&fb).copied().collect();
+    let (ba, bb) = (permuted(a, &pa), permuted(b, &pb));
+    let (da, db) = ([batch, m, k], [batch, k, n]);
+    let (a2, b2) = (In { dtype: a.dtype, dims: &da, bytes: &ba }, In { dtype: b.dtype, dims: &db, bytes: &bb });
+    let g = Gemm { m, k, n, batches: (0..batch).map(|i| (i * m * k, i * k * n, i * m * n)).collect() };
+    g.dispatch(a2, b2, out)
+}
