@@ -39,5 +39,25 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         ScatterAdd,
         ScatterNd,
         ScatterElements,
+        // reduce
+        Reduce,
+        Cumsum,
+        CumProd,
+        CumMax,
+        CumsumBackward,
+        ArgMax,
+        ArgMin,
+        TopK,
+        Sort,
+        ArgSort,
+        // softmax
+        Softmax,
+        SoftmaxCrossEntropy,
+        SoftmaxCrossEntropyWithLogits,
+        SoftmaxCrossEntropyBackward,
+        // random
+        RngNormal,
+        RngUniform,
+        Sample,
     ]
 };

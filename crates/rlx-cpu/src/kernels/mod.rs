@@ -6,6 +6,12 @@ pub mod matmul;
 pub mod index;
 pub mod shape;
 pub mod real;
+// reduce
+pub mod reduce;
+// softmax
+pub mod softmax;
+// random
+pub mod random;
 
 use rayon::prelude::*;
 use rlx_ir::DType;

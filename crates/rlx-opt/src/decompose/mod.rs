@@ -7,6 +7,10 @@
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
 mod elementwise;
+// reduce
+mod reduce;
+// softmax
+mod softmax;
 
 // kshape: shape, index
 mod index;
@@ -44,6 +48,10 @@ pub fn has_rule(kind: OpKind) -> bool {
         // kshape
         || shape::KINDS.contains(&kind)
         || index::KINDS.contains(&kind)
+        // reduce
+        || reduce::KINDS.contains(&kind)
+        // softmax
+        || softmax::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -53,4 +61,8 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         // kshape
         .or_else(|| shape::decompose(op, g, inputs))
         .or_else(|| index::decompose(op, g, inputs))
+        // reduce
+        .or_else(|| reduce::decompose(op, g, inputs))
+        // softmax
+        .or_else(|| softmax::decompose(op, g, inputs))
 }
