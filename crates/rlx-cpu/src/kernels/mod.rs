@@ -1,7 +1,9 @@
 //! CPU kernels by op family. A kernel is a function over [`In`](crate::view::In) operands
 //! and [`Out`](crate::view::Out) results with its contract in the doc comment.
 
+pub mod attention;
 pub mod elementwise;
+pub mod norm;
 pub mod real;
 
 use rayon::prelude::*;
