@@ -374,4 +374,25 @@ mod tests {
         }
         assert!((got[0] - (v[0] + v[2]) / 2.0).abs() < 1e-15);
     }
+
+    #[test]
+    fn many_heads_and_query_blocks_run_in_parallel() {
+        // [B, S, H·D] with B = 2, H = 3: 6 heads × 7 query blocks, above the parallel threshold.
+        let (b, s, h, d) = (2, 100, 3, 8);
+        let (q, k, v) = (data(b * s * h * d, 7), data(b * s * h * d, 8), data(b * s * h * d, 9));
+        let dims = [b, s, h * d];
+        let got = run(&Attention::new(h, d, MaskKind::SlidingWindow(20)), &q, &k, &v, [&dims, &dims, &dims]);
+        let head = |x: &[f64], bi: usize, hi: usize| -> Vec<f64> {
+            (0..s).flat_map(|si| x[(bi * s + si) * h * d + hi * d..][..d].to_vec()).collect()
+        };
+        for bi in 0..b {
+            for hi in 0..h {
+                let want = naive(&head(&q, bi, hi), &head(&k, bi, hi), &head(&v, bi, hi), d, |i, j| j <= i && j + 20 > i);
+                assert_eq!(head(&got, bi, hi).len(), want.len());
+                for (g, w) in head(&got, bi, hi).iter().zip(&want) {
+                    assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+                }
+            }
+        }
+    }
 }

@@ -130,3 +130,26 @@ pub fn axial_rope_2d(a: &AxialRope2d, ins: &[In], outs: &mut [Out]) -> Result<()
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::DType;
+
+    #[test]
+    fn a_table_shorter_than_the_sequence_is_an_error() {
+        // A symbolic sequence bound to 3 positions, but the tables hold only 2 rows.
+        let x = [0f32; 3 * 4];
+        let t = [1f32; 2 * 2];
+        let (xd, td) = ([3usize, 4], [2usize, 2]);
+        let ins = [
+            In { dtype: DType::F32, dims: &xd, bytes: bytemuck::cast_slice(&x) },
+            In { dtype: DType::F32, dims: &td, bytes: bytemuck::cast_slice(&t) },
+            In { dtype: DType::F32, dims: &td, bytes: bytemuck::cast_slice(&t) },
+        ];
+        let mut y = [0f32; 12];
+        let mut outs = [Out { dtype: DType::F32, dims: &xd, bytes: bytemuck::cast_slice_mut(&mut y) }];
+        let e = rope(&Rope { head_dim: 4, n_rot: 4, style: RopeStyle::NeoX }, &ins, &mut outs).unwrap_err();
+        assert!(e.contains("no row for position 2"), "{e}");
+    }
+}

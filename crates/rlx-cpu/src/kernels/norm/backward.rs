@@ -283,4 +283,29 @@ mod tests {
             assert!((fd - dx[k]).abs() < 1e-6, "{k}: {fd} vs {}", dx[k]);
         }
     }
+
+    #[test]
+    fn gamma_sums_over_many_threads_match_a_serial_sum() {
+        let (rows, d) = (300usize, 130usize);
+        let x: Vec<f32> = (0..rows * d).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let dy: Vec<f32> = (0..rows * d).map(|i| ((i * 53 % 97) as f32 - 48.0) / 30.0).collect();
+        let dims = [rows, d];
+        let ins = [&x, &dy].map(|v| In { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice(v) });
+        let mut dg = vec![0f32; d];
+        let dd = [d];
+        let mut outs = [Out { dtype: DType::F32, dims: &dd, bytes: bytemuck::cast_slice_mut(&mut dg) }];
+        layer_norm_backward_gamma(&LayerNormBackwardGamma { axis: -1, eps: 1e-5 }, &ins, &mut outs).unwrap();
+        let mut want = vec![0f64; d];
+        for (xr, dr) in x.chunks(d).zip(dy.chunks(d)) {
+            let m = xr.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var = xr.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / d as f64;
+            let r = 1.0 / (var + 1e-5f32 as f64).sqrt();
+            for j in 0..d {
+                want[j] += dr[j] as f64 * (xr[j] as f64 - m) * r;
+            }
+        }
+        for (g, w) in dg.iter().zip(&want) {
+            assert!((*g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
 }
