@@ -94,10 +94,10 @@ pub fn rms_norm_backward_input(a: &RmsNormBackwardInput, ins: &[In], outs: &mut 
                 let db = &dy[o * block..(o + 1) * block];
                 for i in 0..inner {
                     let r = rms_scale(&xb[i..], n, inner, eps);
-                    let mgx = (0..n).map(|j| { let at = j * inner + i; db[at].f64() * gamma[j] * xb[at].f64() }).sum::<f64>() / n as f64;
-                    for j in 0..n {
+                    let mgx = gamma.iter().enumerate().map(|(j, g)| { let at = j * inner + i; db[at].f64() * g * xb[at].f64() }).sum::<f64>() / n as f64;
+                    for (j, g) in gamma.iter().enumerate() {
                         let at = j * inner + i;
-                        ob[at] = T::of(r * db[at].f64() * gamma[j] - xb[at].f64() * r * r * r * mgx);
+                        ob[at] = T::of(r * db[at].f64() * g - xb[at].f64() * r * r * r * mgx);
                     }
                 }
             })

@@ -290,9 +290,9 @@ mod tests {
         let mid = run(|i, o| layer_norm(&LayerNorm { axis: 1, eps: 1e-5 }, i, o), &x, &[2, 3, 2], &[&gamma, &beta]);
         let t: Vec<f32> = (0..12).map(|k| { let (b, w, c) = (k / 6, (k / 3) % 2, k % 3); x[b * 6 + c * 2 + w] }).collect();
         let last = run(|i, o| layer_norm(&LayerNorm { axis: -1, eps: 1e-5 }, i, o), &t, &[2, 2, 3], &[&gamma, &beta]);
-        for k in 0..12 {
+        for (k, y) in last.iter().enumerate() {
             let (b, w, c) = (k / 6, (k / 3) % 2, k % 3);
-            assert!((last[k] - mid[b * 6 + c * 2 + w]).abs() < 1e-6);
+            assert!((y - mid[b * 6 + c * 2 + w]).abs() < 1e-6);
         }
     }
 
