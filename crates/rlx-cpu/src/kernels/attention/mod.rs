@@ -82,9 +82,17 @@ impl Heads {
     }
 }
 
-/// `Σ a_i·b_i`.
+/// `Σ a_i·b_i`, summed in 8 interleaved partial sums (which lets the compiler vectorize it).
 pub(crate) fn dot<T: Real>(a: &[T], b: &[T]) -> T {
-    a.iter().zip(b).fold(T::ZERO, |s, (&x, &y)| s + x * y)
+    let mut acc = [T::ZERO; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca.remainder().iter().zip(cb.remainder()).fold(T::ZERO, |s, (&x, &y)| s + x * y);
+    for (xa, xb) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] = acc[i] + xa[i] * xb[i];
+        }
+    }
+    acc.iter().fold(tail, |s, &v| s + v)
 }
 
 /// The masking of one attention node: which keys each query keeps, and any additive bias.
