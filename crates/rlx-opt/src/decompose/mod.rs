@@ -15,6 +15,9 @@ mod softmax;
 // kshape: shape, index
 mod index;
 mod shape;
+// norm, attention
+mod attention;
+mod norm;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -52,6 +55,9 @@ pub fn has_rule(kind: OpKind) -> bool {
         || reduce::KINDS.contains(&kind)
         // softmax
         || softmax::KINDS.contains(&kind)
+        // norm, attention
+        || norm::KINDS.contains(&kind)
+        || attention::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -65,4 +71,7 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         .or_else(|| reduce::decompose(op, g, inputs))
         // softmax
         .or_else(|| softmax::decompose(op, g, inputs))
+        // norm, attention
+        .or_else(|| norm::decompose(op, g, inputs))
+        .or_else(|| attention::decompose(op, g, inputs))
 }
