@@ -1,6 +1,7 @@
 //! CPU kernels by op family. A kernel is a function over [`In`](crate::view::In) operands
 //! and [`Out`](crate::view::Out) results with its contract in the doc comment.
 
+pub mod conv;
 pub mod elementwise;
 pub mod matmul;
 pub mod real;
