@@ -7,6 +7,8 @@
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
 mod elementwise;
+// conv
+mod conv;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -37,10 +39,14 @@ pub fn is_primitive(kind: OpKind) -> bool {
 /// Whether the common IR can lower `kind`.
 pub fn has_rule(kind: OpKind) -> bool {
     elementwise::KINDS.contains(&kind)
+        // conv
+        || conv::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
 /// that replace its outputs; `None` when `op` has no decomposition.
 pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
     elementwise::decompose(op, g, inputs)
+        // conv
+        .or_else(|| conv::decompose(op, g, inputs))
 }
