@@ -111,13 +111,22 @@ fn out_type(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<TensorType, IrErro
     Ok(g.infer(op, inputs)?.remove(0))
 }
 
+/// `dims` as a reshape/expand target: a symbolic dim is written `-1` (inferred back to its
+/// symbol here, and to the concrete size once the graph is specialized; a target naming the
+/// symbol would keep it after specialization). At most one symbol is allowed.
+fn target(dims: &[Dim]) -> Result<Vec<i64>, IrError> {
+    if dims.iter().filter(|d| d.as_static().is_none()).count() > 1 {
+        return Err(invalid(format!("conv decomposition: the target {} holds more than one symbol", Shape(dims.to_vec()))));
+    }
+    Ok(dims.iter().map(|d| d.as_static().map_or(-1, |n| n as i64)).collect())
+}
+
 /// `v` reshaped to `dims` unless it already has them.
 fn reshape(g: &mut Graph, v: ValueId, dims: Vec<Dim>) -> Result<ValueId, IrError> {
-    let shape = Shape(dims);
-    if g.ty(v).shape == shape {
+    if g.ty(v).shape.dims() == &dims[..] {
         Ok(v)
     } else {
-        g.reshape_to(v, &shape)
+        g.reshape(v, &target(&dims)?)
     }
 }
 
@@ -388,7 +397,7 @@ fn resize_nearest2x(g: &mut Graph, x: ValueId) -> Result<ValueId, IrError> {
     let [h, w] = spatial(g, x, "ResizeNearest2x")?[..] else { unreachable!("inference checked the rank") };
     let (n, c) = (ty.shape.dim(0).clone(), ty.shape.dim(1).clone());
     let r = reshape(g, x, vec![n.clone(), c.clone(), st(h), st(1), st(w), st(1)])?;
-    let e = g.expand_to(r, &Shape(vec![n.clone(), c.clone(), st(h), st(2), st(w), st(2)]))?;
+    let e = g.expand(r, &target(&[n.clone(), c.clone(), st(h), st(2), st(w), st(2)])?)?;
     reshape(g, e, vec![n, c, st(2 * h), st(2 * w)])
 }
 
