@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, elementwise, index, matmul, norm, random, reduce, shape, softmax};
+use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, shape, softmax};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -85,6 +85,20 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Rope(a) => attention::rope(a, ins, outs),
         Op::RopeBackward(a) => attention::rope_backward(a, ins, outs),
         Op::AxialRope2d(a) => attention::axial_rope_2d(a, ins, outs),
+        // conv
+        Op::Conv(a) => conv::conv(a, ins[0], ins[1], out),
+        Op::Conv3d(a) => conv::conv3d(a, ins[0], ins[1], out),
+        Op::ConvTranspose2d(a) => conv::conv_transpose2d(a, ins[0], ins[1], out),
+        Op::ConvTranspose3d(a) => conv::conv_transpose3d(a, ins[0], ins[1], out),
+        Op::Im2Col(a) => conv::im2col_op(a, ins[0], out),
+        Op::Pool(a) => conv::pool(a, ins[0], out),
+        Op::ResizeNearest2x(_) | Op::Interpolate3d(_) => conv::resize_nearest(ins[0], out),
+        Op::Conv2dBackwardInput(a) => conv::conv2d_backward_input(a, ins[0], ins[1], out),
+        Op::Conv2dBackwardWeight(a) => conv::conv2d_backward_weight(a, ins[0], ins[1], out),
+        Op::Conv3dBackwardInput(a) => conv::conv3d_backward_input(a, ins[0], ins[1], out),
+        Op::Conv3dBackwardWeight(a) => conv::conv3d_backward_weight(a, ins[0], ins[1], out),
+        Op::MaxPool2dBackward(a) => conv::max_pool_backward(a, ins[0], ins[1], out),
+        Op::MaxPool3dBackward(a) => conv::max_pool3d_backward(a, ins[0], ins[1], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

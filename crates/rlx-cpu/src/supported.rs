@@ -83,5 +83,20 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Rope,
         RopeBackward,
         AxialRope2d,
+        // conv
+        Conv,
+        Conv3d,
+        ConvTranspose2d,
+        ConvTranspose3d,
+        Im2Col,
+        Pool,
+        ResizeNearest2x,
+        Interpolate3d,
+        Conv2dBackwardInput,
+        Conv2dBackwardWeight,
+        Conv3dBackwardInput,
+        Conv3dBackwardWeight,
+        MaxPool2dBackward,
+        MaxPool3dBackward,
     ]
 };

@@ -2,6 +2,7 @@
 //! and [`Out`](crate::view::Out) results with its contract in the doc comment.
 
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod matmul;
 pub mod index;

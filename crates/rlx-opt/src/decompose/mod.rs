@@ -18,6 +18,8 @@ mod shape;
 // norm, attention
 mod attention;
 mod norm;
+// conv
+mod conv;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -58,6 +60,8 @@ pub fn has_rule(kind: OpKind) -> bool {
         // norm, attention
         || norm::KINDS.contains(&kind)
         || attention::KINDS.contains(&kind)
+        // conv
+        || conv::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -74,4 +78,6 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         // norm, attention
         .or_else(|| norm::decompose(op, g, inputs))
         .or_else(|| attention::decompose(op, g, inputs))
+        // conv
+        .or_else(|| conv::decompose(op, g, inputs))
 }
