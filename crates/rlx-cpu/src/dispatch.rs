@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{elementwise, matmul};
+use crate::kernels::{elementwise, matmul, rnn, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -21,6 +21,14 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         // matmul
         Op::MatMul(_) => matmul::matmul(ins[0], ins[1], out),
         Op::DotGeneral(d) => matmul::dot_general(d, ins[0], ins[1], out),
+        // rnn (outputs y, h_n[, c_n]; carried states are read, not written back: see kernels::rnn)
+        Op::Lstm(a) => rnn::lstm(a, ins, outs),
+        Op::Gru(a) => rnn::gru(a, ins, outs),
+        Op::Rnn(a) => rnn::rnn(a, ins, outs),
+        // ssm (GatedDeltaNet's carried state is read, not written back: see kernels::ssm)
+        Op::SelectiveScan(a) => ssm::selective_scan(a, ins, out),
+        Op::Mamba2(a) => ssm::mamba2(a, ins, out),
+        Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

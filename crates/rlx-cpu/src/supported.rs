@@ -22,5 +22,13 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         // matmul
         MatMul,
         DotGeneral,
+        // rnn
+        Lstm,
+        Gru,
+        Rnn,
+        // ssm
+        SelectiveScan,
+        Mamba2,
+        GatedDeltaNet,
     ]
 };
