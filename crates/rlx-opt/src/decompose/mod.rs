@@ -7,6 +7,9 @@
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
 mod elementwise;
+// rnn, ssm
+mod rnn;
+mod ssm;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -37,10 +40,16 @@ pub fn is_primitive(kind: OpKind) -> bool {
 /// Whether the common IR can lower `kind`.
 pub fn has_rule(kind: OpKind) -> bool {
     elementwise::KINDS.contains(&kind)
+        // rnn, ssm
+        || rnn::KINDS.contains(&kind)
+        || ssm::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
 /// that replace its outputs; `None` when `op` has no decomposition.
 pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
     elementwise::decompose(op, g, inputs)
+        // rnn, ssm
+        .or_else(|| rnn::decompose(op, g, inputs))
+        .or_else(|| ssm::decompose(op, g, inputs))
 }
