@@ -85,7 +85,13 @@ fn gru_two_layers_from_zero_and_bidirectional_carried() {
 fn rnn_tanh_and_relu() {
     let (b, s, i, h) = (2, 7, 3, 4);
     let mut g = Graph::new();
-    let specs = [("x", vec![b, s, i]), ("w_ih", vec![2 * h, i]), ("w_hh", vec![2 * h, h]), ("bias", vec![2 * h]), ("h0", vec![2, b, h])];
+    let specs = [
+        ("x", vec![b, s, i]),
+        ("w_ih", vec![2 * h, i]),
+        ("w_hh", vec![2 * h, h]),
+        ("bias", vec![2 * h]),
+        ("h0", vec![2, b, h]),
+    ];
     let data = inputs(&mut g, &specs, 0.4);
     let v: Vec<_> = g.inputs().iter().map(|(_, v)| *v).collect();
     let mut outs = Vec::new();

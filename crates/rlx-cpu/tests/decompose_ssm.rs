@@ -100,7 +100,10 @@ fn gated_delta_net_matches_its_kernel() {
     let st = c.input("state", &[b, hv, n, n], Any);
     // Unnormalized q/k of magnitude up to 2 would let the state grow; scale them down.
     let quarter = c.g.constant_f32(&[1], &[0.25]).unwrap();
-    let (q, k) = (c.g.binary(rlx_ir::ops::elementwise::BinaryOp::Mul, q, quarter).unwrap(), c.g.binary(rlx_ir::ops::elementwise::BinaryOp::Mul, k, quarter).unwrap());
+    let (q, k) = (
+        c.g.binary(rlx_ir::ops::elementwise::BinaryOp::Mul, q, quarter).unwrap(),
+        c.g.binary(rlx_ir::ops::elementwise::BinaryOp::Mul, k, quarter).unwrap(),
+    );
     let o1 = c.g.gated_delta_net(q, k, v, g, beta, None, false).unwrap();
     let o2 = c.g.gated_delta_net(q, k, v, gc, beta, Some(st), true).unwrap();
     c.check(vec![o1, o2], OpKind::GatedDeltaNet);

@@ -152,7 +152,13 @@ impl FloatKernel for Stack {
             let state = |k: usize, d: usize| init.get(k).map(|s0| &s0[block(d) * b * h..][..b * h]);
             let ds: Vec<Direction<T>> = (0..dirs)
                 .map(|d| Direction {
-                    proj: project(inp, b * s, in_l, &w_ih[w_off + d * gh * in_l..][..gh * in_l], &biases[0][block(d) * gh..][..gh]),
+                    proj: project(
+                        inp,
+                        b * s,
+                        in_l,
+                        &w_ih[w_off + d * gh * in_l..][..gh * in_l],
+                        &biases[0][block(d) * gh..][..gh],
+                    ),
                     w_hh: &w_hh[block(d) * gh * h..][..gh * h],
                     b_hh: biases.get(1).map(|bh| &bh[block(d) * gh..][..gh]),
                     h0: state(0, d),
@@ -242,7 +248,7 @@ fn project<T: Real>(inp: &[T], rows: usize, k: usize, w: &[T], bias: &[T]) -> Ve
             inp.as_ptr(), 1, k as isize,
             w.as_ptr(), k as isize, 1,
             T::ONE, T::ONE, false, false, false, par,
-        )
+        );
     }
     out
 }
@@ -312,7 +318,12 @@ mod tests {
         let (h0, c0) = (rand(4 * b * h, 5), rand(4 * b * h, 6));
         let run = |bb: usize, x: &[f32], h0: &[f32], c0: &[f32]| {
             let dims: [&[usize]; 6] = [&[bb, s, i], &[w_ih_len], &[4 * gh, h], &[4 * gh], &[4, bb, h], &[4, bb, h]];
-            run_f32(|ins, outs| lstm(&a, ins, outs), &dims, &[x, &w_ih, &w_hh, &bias, h0, c0], &[&[bb, s, 2 * h], &[4, bb, h], &[4, bb, h]])
+            run_f32(
+                |ins, outs| lstm(&a, ins, outs),
+                &dims,
+                &[x, &w_ih, &w_hh, &bias, h0, c0],
+                &[&[bb, s, 2 * h], &[4, bb, h], &[4, bb, h]],
+            )
         };
         let all = run(b, &x, &h0, &c0);
         for bi in [0, 17, 63] {
@@ -331,7 +342,12 @@ mod tests {
         let h0 = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
         let w = rand(24, 1);
         let dims: [&[usize]; 6] = [&[2, 0, 2], &[12, 2], &[12, 2], &[12], &[12], &[2, 2, 2]];
-        let outs = run_f32(|ins, outs| gru(&a, ins, outs), &dims, &[&[], &w, &w, &w[..12], &w[..12], &h0], &[&[2, 0, 4], &[2, 2, 2]]);
+        let outs = run_f32(
+            |ins, outs| gru(&a, ins, outs),
+            &dims,
+            &[&[], &w, &w, &w[..12], &w[..12], &h0],
+            &[&[2, 0, 4], &[2, 2, 2]],
+        );
         assert!(outs[0].is_empty());
         assert_eq!(outs[1], h0);
     }

@@ -128,7 +128,12 @@ impl FloatKernel for Ssd {
 ///
 /// `final_state`, when given, receives the final `[B,Hv,N,N]` states (see the module doc for
 /// the in-place carry); the dispatch arm passes `None`.
-pub fn gated_delta_net(a: &GatedDeltaNet, ins: &[In], out: &mut Out, final_state: Option<&mut Out>) -> Result<(), String> {
+pub fn gated_delta_net(
+    a: &GatedDeltaNet,
+    ins: &[In],
+    out: &mut Out,
+    final_state: Option<&mut Out>,
+) -> Result<(), String> {
     let k = DeltaRule { per_channel: a.gate_per_channel, keep_state: final_state.is_some() };
     match final_state {
         None => on_floats(&k, ins, std::slice::from_mut(out)),
@@ -271,12 +276,14 @@ mod tests {
         let (b, s) = (4, 16);
         // Selective scan: 70 channels = three channel blocks.
         let (hd, n) = (70, 16);
-        let (x, delta, a) = (rand(b * s * hd, 1, -1.0, 1.0), rand(b * s * hd, 2, 0.01, 1.0), rand(hd * n, 3, -2.0, -0.1));
+        let (x, delta, a) =
+            (rand(b * s * hd, 1, -1.0, 1.0), rand(b * s * hd, 2, 0.01, 1.0), rand(hd * n, 3, -2.0, -0.1));
         let (bm, cm) = (rand(b * s * n, 4, -1.0, 1.0), rand(b * s * n, 5, -1.0, 1.0));
         let sel = |bb: usize, x: &[f32], d: &[f32], bm: &[f32], cm: &[f32]| {
             let dims: [&[usize]; 5] = [&[bb, s, hd], &[bb, s, hd], &[hd, n], &[bb, s, n], &[bb, s, n]];
             let k = SelectiveScan { state_size: n };
-            run_f32(|ins, outs| selective_scan(&k, ins, &mut outs[0]), &dims, &[x, d, &a, bm, cm], &[&[bb, s, hd]]).remove(0)
+            run_f32(|ins, outs| selective_scan(&k, ins, &mut outs[0]), &dims, &[x, d, &a, bm, cm], &[&[bb, s, hd]])
+                .remove(0)
         };
         let all = sel(b, &x, &delta, &bm, &cm);
         for bi in 0..b {
@@ -290,15 +297,24 @@ mod tests {
         let ssd = |bb: usize, x: &[f32], dt: &[f32], bm: &[f32], cm: &[f32]| {
             let dims: [&[usize]; 5] = [&[bb, s, hh, p], &[bb, s, hh], &[hh], &[bb, s, hh, n], &[bb, s, hh, n]];
             let k = Mamba2 { head_dim: p, state_size: n };
-            run_f32(|ins, outs| mamba2(&k, ins, &mut outs[0]), &dims, &[x, dt, &a, bm, cm], &[&[bb, s, hh, p]]).remove(0)
+            run_f32(|ins, outs| mamba2(&k, ins, &mut outs[0]), &dims, &[x, dt, &a, bm, cm], &[&[bb, s, hh, p]])
+                .remove(0)
         };
         let all = ssd(b, &x, &dt, &bm, &cm);
         for bi in 0..b {
             let one = ssd(1, row(&x, b, bi), row(&dt, b, bi), row(&bm, b, bi), row(&cm, b, bi));
             assert_eq!(one, row(&all, b, bi));
         }
-        let (q, k, v) = (rand(b * s * hh * n, 11, -0.5, 0.5), rand(b * s * hh * n, 12, -0.5, 0.5), rand(b * s * hh * n, 13, -1.0, 1.0));
-        let (g, beta, st) = (rand(b * s * hh * n, 14, -1.0, -0.01), rand(b * s * hh, 15, 0.05, 0.95), rand(b * hh * n * n, 16, -1.0, 1.0));
+        let (q, k, v) = (
+            rand(b * s * hh * n, 11, -0.5, 0.5),
+            rand(b * s * hh * n, 12, -0.5, 0.5),
+            rand(b * s * hh * n, 13, -1.0, 1.0),
+        );
+        let (g, beta, st) = (
+            rand(b * s * hh * n, 14, -1.0, -0.01),
+            rand(b * s * hh, 15, 0.05, 0.95),
+            rand(b * hh * n * n, 16, -1.0, 1.0),
+        );
         let rule = |bb: usize, ops: [&[f32]; 6]| {
             let (e, gt): (&[usize], &[usize]) = (&[bb, s, hh, n], &[bb, s, hh]);
             let dims: [&[usize]; 6] = [e, e, e, e, gt, &[bb, hh, n, n]];

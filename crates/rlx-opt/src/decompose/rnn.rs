@@ -64,7 +64,10 @@ impl Unroll {
     fn build(&self, g: &mut Graph, x: &[ValueId]) -> Result<Vec<ValueId>, IrError> {
         let xt = g.ty(x[0]).clone();
         let s = xt.static_dim(1).map_err(|e| {
-            IrError::Invalid(format!("{} decomposition unrolls the sequence, so its length must be static: {e}", self.kind))
+            IrError::Invalid(format!(
+                "{} decomposition unrolls the sequence, so its length must be static: {e}",
+                self.kind
+            ))
         })?;
         if s == 0 {
             return Err(IrError::Invalid(format!("{} decomposition: the sequence {xt} is empty", self.kind)));
@@ -106,7 +109,9 @@ impl Unroll {
                 }
                 let ys: Vec<ValueId> = ys.into_iter().flatten().collect();
                 outs.push(if ys.len() == 1 { ys[0] } else { g.concat(&ys, 1)? });
-                let lead = |g: &mut Graph, v: ValueId| g.reshape_to(v, &Shape(vec![Dim::Static(1), batch.clone(), Dim::Static(h)]));
+                let lead = |g: &mut Graph, v: ValueId| {
+                    g.reshape_to(v, &Shape(vec![Dim::Static(1), batch.clone(), Dim::Static(h)]))
+                };
                 h_n.push(lead(g, state[0].expect("a step leaves a hidden state"))?);
                 if let Some(c) = state[1] {
                     c_n.push(lead(g, c)?);
@@ -125,7 +130,13 @@ impl Unroll {
 
     /// One time step: `xp [B, G·H]` is the input projection with its bias; `state` is
     /// `[h, c]` (`None` = zero). Returns the new `[h, c]`.
-    fn step(&self, g: &mut Graph, xp: ValueId, rec: &Recurrent, state: [Option<ValueId>; 2]) -> Result<[Option<ValueId>; 2], IrError> {
+    fn step(
+        &self,
+        g: &mut Graph,
+        xp: ValueId,
+        rec: &Recurrent,
+        state: [Option<ValueId>; 2],
+    ) -> Result<[Option<ValueId>; 2], IrError> {
         use ActivationKind::{Relu, Sigmoid, Tanh};
         let hd = self.h;
         let [h, c] = state;
@@ -209,7 +220,9 @@ fn weight_t(g: &mut Graph, w: ValueId, row: usize, rows: usize, width: &Dim, fla
     let block = if g.ty(w).rank() == 2 {
         g.narrow(w, 0, row, rows)?
     } else {
-        let width = width.as_static().ok_or_else(|| IrError::Invalid(format!("flat rnn weight with a symbolic width {width}")))?;
+        let width = width
+            .as_static()
+            .ok_or_else(|| IrError::Invalid(format!("flat rnn weight with a symbolic width {width}")))?;
         let v = g.narrow(w, 0, flat, rows * width)?;
         g.reshape(v, &[rows as i64, width as i64])?
     };

@@ -102,7 +102,11 @@ fn mamba2(g: &mut Graph, x: &[ValueId]) -> Result<ValueId, IrError> {
     let (b, sd, s) = batch_seq(g, xv, OpKind::Mamba2)?;
     let (hh, p, n) = {
         let (xt, bt) = (g.ty(xv), g.ty(bm));
-        (xt.shape.dim(2).clone(), xt.static_dim(3).map_err(IrError::Invalid)?, bt.static_dim(3).map_err(IrError::Invalid)?)
+        (
+            xt.shape.dim(2).clone(),
+            xt.static_dim(3).map_err(IrError::Invalid)?,
+            bt.static_dim(3).map_err(IrError::Invalid)?,
+        )
     };
     let lead = [&b, &sd, &hh];
     let da = mul(g, dt, a)?;
@@ -153,7 +157,9 @@ fn gated_delta_net(g: &mut Graph, x: &[ValueId], per_channel: bool) -> Result<Va
     let q_row = row(g, qs)?;
     let beta = g.reshape_to(beta, &shape(&lead, &[1, 1]))?;
     let mut state = match x.get(5) {
-        Some(&st) => Some(g.reshape_to(st, &Shape(vec![b.clone(), Dim::Static(1), hv.clone(), Dim::Static(n), Dim::Static(n)]))?),
+        Some(&st) => {
+            Some(g.reshape_to(st, &Shape(vec![b.clone(), Dim::Static(1), hv.clone(), Dim::Static(n), Dim::Static(n)]))?)
+        }
         None => None,
     };
     let mut outs = Vec::with_capacity(s);
