@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, shape, softmax};
+use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, softmax, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -99,6 +99,14 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Conv3dBackwardWeight(a) => conv::conv3d_backward_weight(a, ins[0], ins[1], out),
         Op::MaxPool2dBackward(a) => conv::max_pool_backward(a, ins[0], ins[1], out),
         Op::MaxPool3dBackward(a) => conv::max_pool3d_backward(a, ins[0], ins[1], out),
+        // rnn (outputs y, h_n[, c_n]; carried states are read, not written back: see kernels::rnn)
+        Op::Lstm(a) => rnn::lstm(a, ins, outs),
+        Op::Gru(a) => rnn::gru(a, ins, outs),
+        Op::Rnn(a) => rnn::rnn(a, ins, outs),
+        // ssm (GatedDeltaNet's carried state is read, not written back: see kernels::ssm)
+        Op::SelectiveScan(a) => ssm::selective_scan(a, ins, out),
+        Op::Mamba2(a) => ssm::mamba2(a, ins, out),
+        Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

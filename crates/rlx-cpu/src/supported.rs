@@ -98,5 +98,13 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Conv3dBackwardWeight,
         MaxPool2dBackward,
         MaxPool3dBackward,
+        // rnn
+        Lstm,
+        Gru,
+        Rnn,
+        // ssm
+        SelectiveScan,
+        Mamba2,
+        GatedDeltaNet,
     ]
 };

@@ -15,6 +15,9 @@ pub mod reduce;
 pub mod softmax;
 // random
 pub mod random;
+// rnn, ssm
+pub mod rnn;
+pub mod ssm;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
@@ -75,3 +78,71 @@ macro_rules! by_float {
     };
 }
 pub(crate) use by_float;
+
+// rnn, ssm: float plumbing shared by the sequence kernels.
+
+/// A kernel written once over a [`real::Real`] type, for [`on_floats`].
+pub trait FloatKernel {
+    /// `ins`/`outs` are the operands' elements, `dims` the inputs' dims.
+    fn run<T: real::Real>(&self, ins: &[&[T]], dims: &[&[usize]], outs: &mut [&mut [T]]) -> Result<(), String>;
+}
+
+/// Runs `k` in the dtype of `ins[0]` (every operand has it): f32 and f64 directly, f16 and
+/// bf16 widened to f32 and the results rounded back.
+pub fn on_floats(k: &impl FloatKernel, ins: &[crate::view::In], outs: &mut [crate::view::Out]) -> Result<(), String> {
+    use half::{bf16, f16};
+    fn typed<T: real::Real>(k: &impl FloatKernel, ins: &[crate::view::In], outs: &mut [crate::view::Out]) -> Result<(), String> {
+        let dims: Vec<&[usize]> = ins.iter().map(|i| i.dims).collect();
+        let xs: Vec<&[T]> = ins.iter().map(|i| i.get::<T>()).collect();
+        let mut ys: Vec<&mut [T]> = outs.iter_mut().map(|o| o.get::<T>()).collect();
+        k.run(&xs, &dims, &mut ys)
+    }
+    match ins[0].dtype {
+        DType::F32 => typed::<f32>(k, ins, outs),
+        DType::F64 => typed::<f64>(k, ins, outs),
+        d @ (DType::F16 | DType::BF16) => {
+            let dims: Vec<&[usize]> = ins.iter().map(|i| i.dims).collect();
+            let wide: Vec<Vec<f32>> = ins
+                .iter()
+                .map(|i| match d {
+                    DType::F16 => i.get::<f16>().iter().map(|v| v.to_f32()).collect(),
+                    _ => i.get::<bf16>().iter().map(|v| v.to_f32()).collect(),
+                })
+                .collect();
+            let mut res: Vec<Vec<f32>> = outs.iter().map(|o| vec![0.0; o.numel()]).collect();
+            let xs: Vec<&[f32]> = wide.iter().map(Vec::as_slice).collect();
+            let mut ys: Vec<&mut [f32]> = res.iter_mut().map(Vec::as_mut_slice).collect();
+            k.run(&xs, &dims, &mut ys)?;
+            for (o, r) in outs.iter_mut().zip(&res) {
+                match d {
+                    DType::F16 => o.get::<f16>().iter_mut().zip(r).for_each(|(o, &v)| *o = f16::from_f32(v)),
+                    _ => o.get::<bf16>().iter_mut().zip(r).for_each(|(o, &v)| *o = bf16::from_f32(v)),
+                }
+            }
+            Ok(())
+        }
+        d => Err(format!("this kernel runs on f32, f64, f16 and bf16, not {d}")),
+    }
+}
+
+/// Test helper of the sequence kernels: runs `kernel` on f32 operands with dims `in_dims`,
+/// returning outputs of dims `out_dims`.
+#[cfg(test)]
+pub(crate) fn run_f32(
+    kernel: impl FnOnce(&[crate::view::In], &mut [crate::view::Out]) -> Result<(), String>,
+    in_dims: &[&[usize]],
+    data: &[&[f32]],
+    out_dims: &[&[usize]],
+) -> Vec<Vec<f32>> {
+    use crate::view::{In, Out};
+    let ins: Vec<In> = in_dims.iter().zip(data).map(|(d, x)| In { dtype: DType::F32, dims: d, bytes: bytemuck::cast_slice(x) }).collect();
+    let mut res: Vec<Vec<f32>> = out_dims.iter().map(|d| vec![f32::NAN; d.iter().product()]).collect();
+    let mut outs: Vec<Out> = res
+        .iter_mut()
+        .zip(out_dims)
+        .map(|(r, d)| Out { dtype: DType::F32, dims: d, bytes: bytemuck::cast_slice_mut(r) })
+        .collect();
+    kernel(&ins, &mut outs).unwrap();
+    drop(outs);
+    res
+}

@@ -20,6 +20,9 @@ mod attention;
 mod norm;
 // conv
 mod conv;
+// rnn, ssm
+mod rnn;
+mod ssm;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -62,6 +65,9 @@ pub fn has_rule(kind: OpKind) -> bool {
         || attention::KINDS.contains(&kind)
         // conv
         || conv::KINDS.contains(&kind)
+        // rnn, ssm
+        || rnn::KINDS.contains(&kind)
+        || ssm::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -80,4 +86,7 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         .or_else(|| attention::decompose(op, g, inputs))
         // conv
         .or_else(|| conv::decompose(op, g, inputs))
+        // rnn, ssm
+        .or_else(|| rnn::decompose(op, g, inputs))
+        .or_else(|| ssm::decompose(op, g, inputs))
 }
