@@ -8,6 +8,10 @@ use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
 mod elementwise;
 
+// kdecomp: fused, matmul, quant, control, custom
+mod build;
+mod fused;
+
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
     OpKind::Input,
@@ -37,10 +41,14 @@ pub fn is_primitive(kind: OpKind) -> bool {
 /// Whether the common IR can lower `kind`.
 pub fn has_rule(kind: OpKind) -> bool {
     elementwise::KINDS.contains(&kind)
+        // kdecomp
+        || fused::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
 /// that replace its outputs; `None` when `op` has no decomposition.
 pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
     elementwise::decompose(op, g, inputs)
+        // kdecomp
+        .or_else(|| fused::decompose(op, g, inputs))
 }
