@@ -11,6 +11,7 @@ mod elementwise;
 // kdecomp: fused, matmul, quant, control, custom
 mod build;
 mod fused;
+mod matmul;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -43,6 +44,7 @@ pub fn has_rule(kind: OpKind) -> bool {
     elementwise::KINDS.contains(&kind)
         // kdecomp
         || fused::KINDS.contains(&kind)
+        || matmul::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -51,4 +53,5 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
     elementwise::decompose(op, g, inputs)
         // kdecomp
         .or_else(|| fused::decompose(op, g, inputs))
+        .or_else(|| matmul::decompose(op, g, inputs))
 }
