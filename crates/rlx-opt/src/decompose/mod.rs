@@ -12,6 +12,7 @@ mod elementwise;
 mod build;
 mod fused;
 mod matmul;
+mod quant;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -45,6 +46,7 @@ pub fn has_rule(kind: OpKind) -> bool {
         // kdecomp
         || fused::KINDS.contains(&kind)
         || matmul::KINDS.contains(&kind)
+        || quant::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -54,4 +56,5 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         // kdecomp
         .or_else(|| fused::decompose(op, g, inputs))
         .or_else(|| matmul::decompose(op, g, inputs))
+        .or_else(|| quant::decompose(op, g, inputs))
 }
