@@ -10,6 +10,8 @@ mod elementwise;
 
 // kdecomp: fused, matmul, quant, control, custom
 mod build;
+mod control;
+mod custom;
 mod fused;
 mod matmul;
 mod quant;
@@ -47,6 +49,8 @@ pub fn has_rule(kind: OpKind) -> bool {
         || fused::KINDS.contains(&kind)
         || matmul::KINDS.contains(&kind)
         || quant::KINDS.contains(&kind)
+        || control::KINDS.contains(&kind)
+        || custom::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -57,4 +61,6 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         .or_else(|| fused::decompose(op, g, inputs))
         .or_else(|| matmul::decompose(op, g, inputs))
         .or_else(|| quant::decompose(op, g, inputs))
+        .or_else(|| control::decompose(op, g, inputs))
+        .or_else(|| custom::decompose(op, g, inputs))
 }
