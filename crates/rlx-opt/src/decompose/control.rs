@@ -68,22 +68,19 @@ pub fn inline(g: &mut Graph, body: &Graph, args: &[ValueId]) -> Result<Vec<Value
     Ok(body.outputs().iter().map(|v| map[v.node.index()][v.output as usize]).collect())
 }
 
-/// A one-element Bool flag as a rank-0 value, so that `Where` broadcasts it to any shape.
-fn flag(g: &mut Graph, v: ValueId) -> Result<ValueId, IrError> {
-    if g.ty(v).rank() == 0 {
-        Ok(v)
-    } else {
-        g.reshape_to(v, &Shape::scalar())
-    }
+/// `Where(flag, t, e)` for a one-element Bool `flag`; a flag of higher rank than the branches
+/// is made rank 0 first, so that it broadcasts without growing them.
+fn select(g: &mut Graph, flag: ValueId, t: ValueId, e: ValueId) -> Result<ValueId, IrError> {
+    let flag = if g.ty(flag).rank() > g.ty(t).rank() { g.reshape_to(flag, &Shape::scalar())? } else { flag };
+    g.select(flag, t, e)
 }
 
 /// Both branches inlined on the captures, each output `Where(pred, then, else)`. Both are
 /// evaluated (OPS.md §20), side effects of either branch included.
 fn if_else(g: &mut Graph, then_branch: &Graph, else_branch: &Graph, x: &[ValueId]) -> Result<Vec<ValueId>, IrError> {
-    let pred = flag(g, x[0])?;
     let t = inline(g, then_branch, &x[1..])?;
     let e = inline(g, else_branch, &x[1..])?;
-    t.into_iter().zip(e).map(|(t, e)| g.select(pred, t, e)).collect()
+    t.into_iter().zip(e).map(|(t, e)| select(g, x[0], t, e)).collect()
 }
 
 /// Refuses an unroll of `times` copies of bodies with `per_copy` nodes past the limit.
@@ -105,15 +102,14 @@ fn while_loop(g: &mut Graph, w: &While, x: &[ValueId]) -> Option<Result<Vec<Valu
         let mut carries = x.to_vec();
         let mut active: Option<ValueId> = None;
         for _ in 0..n {
-            let c = inline(g, &w.cond, &carries)?;
-            let c = flag(g, c[0])?;
+            let c = inline(g, &w.cond, &carries)?[0];
             let a = match active {
                 Some(a) => g.select(a, c, a)?,
                 None => c,
             };
             active = Some(a);
             let next = inline(g, &w.body, &carries)?;
-            carries = next.into_iter().zip(&carries).map(|(n, &c)| g.select(a, n, c)).collect::<Result<_, _>>()?;
+            carries = next.into_iter().zip(&carries).map(|(n, &c)| select(g, a, n, c)).collect::<Result<_, _>>()?;
         }
         Ok(carries)
     };
