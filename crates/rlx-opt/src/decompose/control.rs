@@ -3,14 +3,18 @@
 //! `active` flag, `Scan` unrolls fully. Control ops nested in a body are copied as they are
 //! and lowered by the next round of legalization.
 //!
-//! Not here: `While` without `max_iterations` (it needs a runtime executor; legalization names
-//! it as missing), and the scan gradients `ScanBackward`/`ScanBackwardXs` (OPS.md gives them no
-//! decomposition).
+//! The scan gradients `ScanBackward`/`ScanBackwardXs` unroll their reverse sweep (OPS.md §22)
+//! the same way, reading carries from the saved trajectory.
+//!
+//! Not here: `While` without `max_iterations` (it needs a runtime executor), checkpointed scan
+//! gradients (`0 < num_checkpoints < length`, whose carries are recomputed between
+//! checkpoints) and gradients of empty scans; legalization names those as missing.
 
-use rlx_ir::ops::control::{Scan, While};
+use rlx_ir::ops::control::{Scan, ScanBackward, ScanBackwardXs, While};
+use rlx_ir::ops::elementwise::BinaryOp;
 use rlx_ir::{Dim, Graph, IrError, Node, Op, OpKind, Shape, ValueId};
 
-pub const KINDS: &[OpKind] = &[OpKind::If, OpKind::While, OpKind::Scan];
+pub const KINDS: &[OpKind] = &[OpKind::If, OpKind::While, OpKind::Scan, OpKind::ScanBackward, OpKind::ScanBackwardXs];
 
 /// Most nodes one unrolled loop may add; past it the unroll is refused rather than
 /// exhausting memory.
@@ -21,6 +25,8 @@ pub fn decompose(op: &Op, g: &mut Graph, x: &[ValueId]) -> Option<Result<Vec<Val
         Op::If(i) => if_else(g, &i.then_branch, &i.else_branch, x),
         Op::While(w) => while_loop(g, w, x)?,
         Op::Scan(s) => scan(g, s, x).map(|v| vec![v]),
+        Op::ScanBackward(b) => scan_backward(g, &Sweep::of_init(b), x)?.map(|v| vec![v]),
+        Op::ScanBackwardXs(b) => scan_backward(g, &Sweep::of_xs(b), x)?.map(|v| vec![v]),
         _ => return None,
     })
 }
@@ -159,10 +165,94 @@ fn scan(g: &mut Graph, s: &Scan, x: &[ValueId]) -> Result<ValueId, IrError> {
     }
 }
 
+/// Row `t` of `v [rows, ..]`, without the row axis.
+fn row(g: &mut Graph, v: ValueId, t: usize) -> Result<ValueId, IrError> {
+    let r = g.narrow(v, 0, t, 1)?;
+    let shape = Shape(g.ty(r).shape.dims()[1..].to_vec());
+    g.reshape_to(r, &shape)
+}
+
+/// What the two scan gradients share, and which result they take.
+struct Sweep<'a> {
+    body_vjp: &'a Graph,
+    length: u32,
+    save_trajectory: bool,
+    num_checkpoints: u32,
+    /// `None` for `d_init`, else the xs whose stacked gradient is the result.
+    xs_idx: Option<usize>,
+}
+
+impl<'a> Sweep<'a> {
+    fn of_init(b: &'a ScanBackward) -> Sweep<'a> {
+        let ScanBackward { body_vjp, length, save_trajectory, num_checkpoints, .. } = b;
+        Sweep { body_vjp, length: *length, save_trajectory: *save_trajectory, num_checkpoints: *num_checkpoints, xs_idx: None }
+    }
+
+    fn of_xs(b: &'a ScanBackwardXs) -> Sweep<'a> {
+        let ScanBackwardXs { body_vjp, length, save_trajectory, num_checkpoints, xs_idx, .. } = b;
+        let xs_idx = Some(*xs_idx as usize);
+        Sweep { body_vjp, length: *length, save_trajectory: *save_trajectory, num_checkpoints: *num_checkpoints, xs_idx }
+    }
+}
+
+/// The reverse sweep of OPS.md §22 unrolled, inputs `[init, trajectory, upstream, xs..]`: for
+/// `t = length−1 … 0`, add the upstream row of step `t` (every row with `save_trajectory`,
+/// else the final-carry cotangent at the last step), then `(g, dx_t..) = body_vjp(carry_in,
+/// x_t.., g)` with `carry_in` = `init` at `t = 0`, else trajectory row `t−1`. Returns `g`, or
+/// the `dx_t[xs_idx]` stacked. `None` for checkpointed trajectories and empty scans.
+fn scan_backward(g: &mut Graph, s: &Sweep, x: &[ValueId]) -> Option<Result<ValueId, IrError>> {
+    let length = s.length as usize;
+    let checkpointed = 0 < s.num_checkpoints && s.num_checkpoints < s.length;
+    if checkpointed || length == 0 {
+        return None;
+    }
+    let run = |g: &mut Graph| -> Result<ValueId, IrError> {
+        let [init, trajectory, upstream, xs @ ..] = x else {
+            return Err(IrError::Invalid(format!("a scan gradient takes at least 3 inputs, got {}", x.len())));
+        };
+        check_unroll("scan gradient", length, s.body_vjp.len() + 2 * xs.len() + 4)?;
+        let mut grad: Option<ValueId> = None;
+        let mut dxs = Vec::with_capacity(length);
+        for t in (0..length).rev() {
+            let up = match (s.save_trajectory, t + 1 == length) {
+                (true, _) => Some(row(g, *upstream, t)?),
+                (false, true) => Some(*upstream),
+                (false, false) => None,
+            };
+            let d = match (grad, up) {
+                (Some(a), Some(u)) => g.binary(BinaryOp::Add, a, u)?,
+                (a, u) => a.or(u).ok_or_else(|| IrError::Invalid("the sweep starts without a cotangent".into()))?,
+            };
+            let mut args = vec![if t == 0 { *init } else { row(g, *trajectory, t - 1)? }];
+            for &xs_i in xs {
+                args.push(row(g, xs_i, t)?);
+            }
+            args.push(d);
+            let outs = inline(g, s.body_vjp, &args)?;
+            grad = Some(outs[0]);
+            if let Some(i) = s.xs_idx {
+                let dx = *outs.get(1 + i).ok_or_else(|| IrError::Invalid(format!("body_vjp returns no gradient for xs {i}")))?;
+                let shape = row_shape(g, dx);
+                dxs.push(g.reshape_to(dx, &shape)?);
+            }
+        }
+        if s.xs_idx.is_none() {
+            return grad.ok_or_else(|| IrError::Invalid("empty sweep".into()));
+        }
+        dxs.reverse();
+        if dxs.len() == 1 {
+            Ok(dxs[0])
+        } else {
+            g.concat(&dxs, 0)
+        }
+    };
+    Some(run(g))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::build::testing::{count, lower, lower_text};
-    use rlx_ir::ops::control::Scan;
+    use rlx_ir::ops::control::{Scan, ScanBackward, ScanBackwardXs};
     use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
     use rlx_ir::{DType, Dim, Graph, OpKind, Shape, TensorType};
 
@@ -265,11 +355,47 @@ mod tests {
         assert_eq!(out.nodes().iter().find(|n| n.op.kind() == OpKind::Concat).unwrap().inputs.len(), 2);
     }
 
+    /// `c' = c·x_t` has the VJP `(d·x_t, d·c)`; the scan gradients of 4 steps over `[3]`.
+    fn product_scan_gradients(save_trajectory: bool) -> Graph {
+        let t = f32s(&[3.into()]);
+        let mut vjp = Graph::new();
+        let c = vjp.input("carry", t.clone());
+        let x = vjp.input("x_t", t.clone());
+        let d = vjp.input("d_output", t.clone());
+        let dc = vjp.binary(BinaryOp::Mul, d, x).unwrap();
+        let dx = vjp.binary(BinaryOp::Mul, d, c).unwrap();
+        vjp.set_outputs(vec![dc, dx]).unwrap();
+        let mut g = Graph::new();
+        let init = g.input("init", t.clone());
+        let traj = g.input("trajectory", f32s(&[4.into(), 3.into()]));
+        let up = if save_trajectory { traj } else { init };
+        let xs = g.input("xs", f32s(&[4.into(), 3.into()]));
+        let b = ScanBackward { body_vjp: vjp.clone(), length: 4, save_trajectory, num_xs: 0, num_checkpoints: 0, forward_body: None };
+        let d_init = g.scan_backward(b, init, traj, up, &[xs]).unwrap();
+        let b = ScanBackwardXs { body_vjp: vjp, length: 4, save_trajectory, num_xs: 0, num_checkpoints: 4, forward_body: None, xs_idx: 0 };
+        let d_xs = g.scan_backward_xs(b, init, traj, up, &[xs]).unwrap();
+        g.set_outputs(vec![d_init, d_xs]).unwrap();
+        g
+    }
+
+    #[test]
+    fn scan_gradients_unroll_the_reverse_sweep() {
+        for save_trajectory in [false, true] {
+            let out = lower(&product_scan_gradients(save_trajectory), &[]);
+            // Two products per step, per gradient op; upstream rows add at all but the last step.
+            let adds = if save_trajectory { 2 * 3 } else { 0 };
+            assert_eq!(count(&out, OpKind::Binary), 2 * 4 * 2 + adds, "{out}");
+            assert_eq!(out.nodes().iter().find(|n| n.op.kind() == OpKind::Concat).unwrap().inputs.len(), 4);
+        }
+    }
+
     #[test]
     fn control_kinds_of_the_ir_sample_lower() {
         let src = include_str!("../../../rlx-ir/tests/data/control.rlx");
-        let out = lower_text(src, OpKind::If, &[OpKind::ScanBackward, OpKind::ScanBackwardXs]);
-        for kind in super::KINDS {
+        // The sample's ScanBackward is checkpointed, which stays the backend's.
+        let out = lower_text(src, OpKind::If, &[OpKind::ScanBackward]);
+        assert_eq!(count(&out, OpKind::ScanBackward), 1);
+        for kind in super::KINDS.iter().filter(|k| **k != OpKind::ScanBackward) {
             assert_eq!(count(&out, *kind), 0, "{kind} left in\n{out}");
         }
     }
