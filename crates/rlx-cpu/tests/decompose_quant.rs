@@ -32,7 +32,11 @@ fn quantize_rounds_half_to_even_per_channel_and_dequantize_inverts() {
     let out = lowered(src, OpKind::Quantize, &[("x", &tx)]);
     for (i, &v) in x.iter().enumerate() {
         let c = (i / 2) % 3;
-        let q = if scales[c] == 0.0 { 0.0 } else { ((v / scales[c]).round_ties_even() + zps[c] as f32).clamp(-128.0, 127.0) };
+        let q = if scales[c] == 0.0 {
+            0.0
+        } else {
+            ((v / scales[c]).round_ties_even() + zps[c] as f32).clamp(-128.0, 127.0)
+        };
         assert_eq!(out[0][i], f64::from(q), "code {i} of {v}");
         assert_eq!(out[1][i], f64::from((q - zps[c] as f32) * scales[c]), "value {i}");
     }
@@ -72,7 +76,10 @@ fn fake_quantize_with_a_fixed_scale_and_its_gradients() {
             let want = [fq, fq, clipped, tanh, hard, clipped];
             for (k, w) in want.iter().enumerate() {
                 let got = out[k][i];
-                assert!((got - f64::from(*w)).abs() <= 1e-6 * (1.0 + w.abs() as f64), "s {s} output {k} element {i}: {got} vs {w}");
+                assert!(
+                    (got - f64::from(*w)).abs() <= 1e-6 * (1.0 + w.abs() as f64),
+                    "s {s} output {k} element {i}: {got} vs {w}"
+                );
             }
         }
         if s != 0.0 {

@@ -46,9 +46,10 @@ pub fn reshape_if(g: &mut Graph, v: ValueId, shape: &Shape) -> Result<ValueId, I
 /// broadcasting, as the gradient of a broadcast operand needs.
 pub fn unbroadcast(g: &mut Graph, v: ValueId, target: &Shape) -> Result<ValueId, IrError> {
     let have = g.ty(v).shape.clone();
-    let lead = have.rank().checked_sub(target.rank()).ok_or_else(|| {
-        IrError::Invalid(format!("cannot sum {have} down to the higher-rank {target}"))
-    })?;
+    let lead = have
+        .rank()
+        .checked_sub(target.rank())
+        .ok_or_else(|| IrError::Invalid(format!("cannot sum {have} down to the higher-rank {target}")))?;
     let axes: Vec<usize> = (0..have.rank())
         .filter(|&a| a < lead || (*target.dim(a - lead) == Dim::Static(1) && *have.dim(a) != Dim::Static(1)))
         .collect();

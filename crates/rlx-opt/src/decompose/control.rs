@@ -185,13 +185,25 @@ struct Sweep<'a> {
 impl<'a> Sweep<'a> {
     fn of_init(b: &'a ScanBackward) -> Sweep<'a> {
         let ScanBackward { body_vjp, length, save_trajectory, num_checkpoints, .. } = b;
-        Sweep { body_vjp, length: *length, save_trajectory: *save_trajectory, num_checkpoints: *num_checkpoints, xs_idx: None }
+        Sweep {
+            body_vjp,
+            length: *length,
+            save_trajectory: *save_trajectory,
+            num_checkpoints: *num_checkpoints,
+            xs_idx: None,
+        }
     }
 
     fn of_xs(b: &'a ScanBackwardXs) -> Sweep<'a> {
         let ScanBackwardXs { body_vjp, length, save_trajectory, num_checkpoints, xs_idx, .. } = b;
         let xs_idx = Some(*xs_idx as usize);
-        Sweep { body_vjp, length: *length, save_trajectory: *save_trajectory, num_checkpoints: *num_checkpoints, xs_idx }
+        Sweep {
+            body_vjp,
+            length: *length,
+            save_trajectory: *save_trajectory,
+            num_checkpoints: *num_checkpoints,
+            xs_idx,
+        }
     }
 }
 
@@ -231,7 +243,9 @@ fn scan_backward(g: &mut Graph, s: &Sweep, x: &[ValueId]) -> Option<Result<Value
             let outs = inline(g, s.body_vjp, &args)?;
             grad = Some(outs[0]);
             if let Some(i) = s.xs_idx {
-                let dx = *outs.get(1 + i).ok_or_else(|| IrError::Invalid(format!("body_vjp returns no gradient for xs {i}")))?;
+                let dx = *outs
+                    .get(1 + i)
+                    .ok_or_else(|| IrError::Invalid(format!("body_vjp returns no gradient for xs {i}")))?;
                 let shape = row_shape(g, dx);
                 dxs.push(g.reshape_to(dx, &shape)?);
             }
@@ -370,9 +384,24 @@ mod tests {
         let traj = g.input("trajectory", f32s(&[4.into(), 3.into()]));
         let up = if save_trajectory { traj } else { init };
         let xs = g.input("xs", f32s(&[4.into(), 3.into()]));
-        let b = ScanBackward { body_vjp: vjp.clone(), length: 4, save_trajectory, num_xs: 0, num_checkpoints: 0, forward_body: None };
+        let b = ScanBackward {
+            body_vjp: vjp.clone(),
+            length: 4,
+            save_trajectory,
+            num_xs: 0,
+            num_checkpoints: 0,
+            forward_body: None,
+        };
         let d_init = g.scan_backward(b, init, traj, up, &[xs]).unwrap();
-        let b = ScanBackwardXs { body_vjp: vjp, length: 4, save_trajectory, num_xs: 0, num_checkpoints: 4, forward_body: None, xs_idx: 0 };
+        let b = ScanBackwardXs {
+            body_vjp: vjp,
+            length: 4,
+            save_trajectory,
+            num_xs: 0,
+            num_checkpoints: 4,
+            forward_body: None,
+            xs_idx: 0,
+        };
         let d_xs = g.scan_backward_xs(b, init, traj, up, &[xs]).unwrap();
         g.set_outputs(vec![d_init, d_xs]).unwrap();
         g

@@ -116,10 +116,8 @@ fn transform_region(g: &mut Graph, r: &TransformRegion, x: &[ValueId]) -> Result
 /// One `ElementwiseRegion` per slice, concatenated on axis 0.
 fn batch_region(g: &mut Graph, r: &BatchElementwiseRegion, x: &[ValueId]) -> Result<ValueId, IrError> {
     let prologue = (r.prologue == RegionPrologue::ResizeNearest2x).then_some(0);
-    let slices = x
-        .iter()
-        .map(|&s| g.elementwise_region(r.chain.clone(), &[s], prologue))
-        .collect::<Result<Vec<_>, _>>()?;
+    let slices =
+        x.iter().map(|&s| g.elementwise_region(r.chain.clone(), &[s], prologue)).collect::<Result<Vec<_>, _>>()?;
     if slices.len() == 1 {
         Ok(slices[0])
     } else {

@@ -6,13 +6,8 @@ use rlx_ir::ops::elementwise::BinaryOp;
 use rlx_ir::ops::matmul::{DotGeneral, SynthKind};
 use rlx_ir::{DType, Dim, Graph, IrError, Op, OpKind, Shape, ValueId};
 
-pub const KINDS: &[OpKind] = &[
-    OpKind::DotGeneral,
-    OpKind::GroupedMatMul,
-    OpKind::LoraMatMul,
-    OpKind::SynthMatMul,
-    OpKind::SynthReconstruct,
-];
+pub const KINDS: &[OpKind] =
+    &[OpKind::DotGeneral, OpKind::GroupedMatMul, OpKind::LoraMatMul, OpKind::SynthMatMul, OpKind::SynthReconstruct];
 
 pub fn decompose(op: &Op, g: &mut Graph, x: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
     let out = match op {
@@ -103,7 +98,13 @@ fn lora_matmul(g: &mut Graph, scale: f32, x: &[ValueId]) -> Result<ValueId, IrEr
 }
 
 /// `w_bt [n, k]` → `Transpose` → `x · W`.
-fn synth_matmul(g: &mut Graph, kind: &SynthKind, x: ValueId, indices: ValueId, codebook: ValueId) -> Result<ValueId, IrError> {
+fn synth_matmul(
+    g: &mut Graph,
+    kind: &SynthKind,
+    x: ValueId,
+    indices: ValueId,
+    codebook: ValueId,
+) -> Result<ValueId, IrError> {
     let w_bt = g.synth_reconstruct(kind.clone(), indices, codebook)?;
     let w = g.transpose(w_bt, &[1, 0])?;
     g.matmul(x, w)

@@ -136,7 +136,13 @@ fn qmatmul(g: &mut Graph, q: &QMatMul, x: &[ValueId]) -> Result<ValueId, IrError
 /// `v` with each entry along `axis` repeated `block` times, cut to `len` entries: a per-block
 /// parameter `[.., ⌈len/block⌉, ..]` spread over the elements it scales
 /// (`Reshape`, `Expand`, `Reshape`, and a `Narrow` for a ragged last block).
-pub(super) fn repeat_blocks(g: &mut Graph, v: ValueId, axis: usize, block: usize, len: usize) -> Result<ValueId, IrError> {
+pub(super) fn repeat_blocks(
+    g: &mut Graph,
+    v: ValueId,
+    axis: usize,
+    block: usize,
+    len: usize,
+) -> Result<ValueId, IrError> {
     if block == 1 {
         return Ok(v);
     }
@@ -200,7 +206,8 @@ fn dequant_matmul(g: &mut Graph, d: &DequantMatMul, x: &[ValueId]) -> Option<Res
             }
             (Some(bs), scheme) => {
                 let k = static_dim(g, x[1], 0, "DequantMatMul weight [k, ..]")?;
-                let codes = if matches!(scheme, QuantScheme::Int4Block { .. }) { unpack_nibbles(g, x[1])? } else { x[1] };
+                let codes =
+                    if matches!(scheme, QuantScheme::Int4Block { .. }) { unpack_nibbles(g, x[1])? } else { x[1] };
                 let q = g.cast(codes, DType::F32)?;
                 let s = f32_of(g, x[2])?;
                 let zp = f32_of(g, x[3])?;

@@ -96,7 +96,11 @@ pub fn dequantize(
         ScaleLayout::PerTensor if rank == 0 => g.reshape_to(scale, &Shape::scalar())?,
         ScaleLayout::PerTensor => scale,
         ScaleLayout::BlockMxE8M0 { block } | ScaleLayout::Nvfp4 { group: block } => {
-            let bytes = if matches!(layout, ScaleLayout::BlockMxE8M0 { .. }) { e8m0_table() } else { table(&ScaledFormat::F8E4M3) };
+            let bytes = if matches!(layout, ScaleLayout::BlockMxE8M0 { .. }) {
+                e8m0_table()
+            } else {
+                table(&ScaledFormat::F8E4M3)
+            };
             let s = decode(g, scale, &bytes)?;
             let k = g.ty(codes).static_dim(rank - 1).map_err(|e| IrError::Invalid(format!("block scales: {e}")))?;
             repeat_blocks(g, s, rank - 1, block, k)?
