@@ -24,6 +24,14 @@ mod conv;
 mod rnn;
 mod ssm;
 
+// kdecomp: fused, matmul, quant, control, custom
+mod build;
+mod control;
+mod custom;
+mod fused;
+mod matmul;
+mod quant;
+
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
     OpKind::Input,
@@ -68,6 +76,12 @@ pub fn has_rule(kind: OpKind) -> bool {
         // rnn, ssm
         || rnn::KINDS.contains(&kind)
         || ssm::KINDS.contains(&kind)
+        // kdecomp
+        || fused::KINDS.contains(&kind)
+        || matmul::KINDS.contains(&kind)
+        || quant::KINDS.contains(&kind)
+        || control::KINDS.contains(&kind)
+        || custom::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -89,4 +103,10 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         // rnn, ssm
         .or_else(|| rnn::decompose(op, g, inputs))
         .or_else(|| ssm::decompose(op, g, inputs))
+        // kdecomp
+        .or_else(|| fused::decompose(op, g, inputs))
+        .or_else(|| matmul::decompose(op, g, inputs))
+        .or_else(|| quant::decompose(op, g, inputs))
+        .or_else(|| control::decompose(op, g, inputs))
+        .or_else(|| custom::decompose(op, g, inputs))
 }
