@@ -77,7 +77,9 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
                 }
                 _ => {
                     let len = d.iter().product::<usize>() * ty.dtype.size();
-                    intervals.push(Interval { size: len, first: step, last: step });
+                    // Inputs are copied in before the first step, so they are live from step 0.
+                    let first = if matches!(node.op, Op::Input(_)) { 0 } else { step };
+                    intervals.push(Interval { size: len, first, last: step });
                     node_iv.push(Some(intervals.len() - 1));
                     node_slots.push((Slot::Arena { offset: 0, len }, d));
                     continue;

@@ -76,3 +76,32 @@ fn constants_fold_at_compile_time() {
     let out = c.run(&[("x", &Tensor::from_vec(vec![3.0f32, 3.0], &[2]).unwrap())]).unwrap();
     assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
 }
+
+#[test]
+fn inputs_declared_late_keep_their_memory() {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::of(DType::F32, &[4]));
+    let ex = g.activation(ActivationKind::Exp, x).unwrap();
+    let v = g.input("v", TensorType::of(DType::F32, &[4]));
+    let nv = g.activation(ActivationKind::Neg, v).unwrap();
+    g.set_outputs(vec![ex, nv]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let (tx, tv) = (Tensor::from_vec(vec![0.0f32; 4], &[4]).unwrap(), Tensor::from_vec(vec![2.0f32; 4], &[4]).unwrap());
+    let out = c.run(&[("x", &tx), ("v", &tv)]).unwrap();
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![1.0; 4]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![-2.0; 4]);
+}
+
+#[test]
+fn reshape_targets_may_name_symbols() {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("B"), Dim::Static(6)])));
+    let target = Shape(vec![Dim::sym("B"), Dim::Static(2), Dim::Static(3)]);
+    let y = g.reshape_to(x, &target).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    for b in [1usize, 3] {
+        let out = c.run(&[("x", &Tensor::from_vec(vec![1.0f32; b * 6], &[b, 6]).unwrap())]).unwrap();
+        assert_eq!(out[0].shape(), &[b, 2, 3]);
+    }
+}
