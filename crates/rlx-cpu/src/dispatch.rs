@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{elementwise, matmul, rnn, ssm};
+use crate::kernels::{elementwise, index, matmul, random, reduce, rnn, shape, softmax, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -21,6 +21,46 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         // matmul
         Op::MatMul(_) => matmul::matmul(ins[0], ins[1], out),
         Op::DotGeneral(d) => matmul::dot_general(d, ins[0], ins[1], out),
+        // shape
+        Op::Reshape(_) => shape::reshape(ins[0], out),
+        Op::Transpose(a) => shape::transpose(&a.perm, ins[0], out),
+        Op::Narrow(a) => shape::slice(a.axis, a.start, 1, ins[0], out),
+        Op::Slice(a) => shape::slice(a.axis, a.start, a.step, ins[0], out),
+        Op::Concat(a) => shape::concat(a.axis, ins, out),
+        Op::Expand(_) => shape::expand(ins[0], out),
+        Op::Reverse(a) => shape::reverse(&a.axes, ins[0], out),
+        Op::Pad(a) => shape::pad(&a.pads, &a.mode, ins[0], out),
+        // index
+        Op::Gather(a) => index::gather(a.axis, ins[0], ins[1], out),
+        Op::GatherBackward(a) => index::gather_backward(a.axis, ins[0], ins[1], out),
+        Op::GatherNd(a) => index::gather_nd(a.batch_dims, ins[0], ins[1], out),
+        Op::GatherElements(a) => index::gather_elements(a.axis, ins[0], ins[1], out),
+        Op::ScatterAdd(_) => index::scatter_add(ins[0], ins[1], out),
+        Op::ScatterNd(a) => index::scatter_nd(a.reduction, ins[0], ins[1], ins[2], out),
+        Op::ScatterElements(a) => index::scatter_elements(a.axis, a.reduction, ins[0], ins[1], ins[2], out),
+        // reduce
+        Op::Reduce(a) => reduce::reduce(a.op, &a.axes, ins[0], out),
+        Op::Cumsum(a) => reduce::cumsum(a.axis, a.exclusive, ins[0], out),
+        Op::CumProd(a) => reduce::cum_prod(a.axis, a.exclusive, ins[0], out),
+        Op::CumMax(a) => reduce::cum_max(a.axis, a.exclusive, ins[0], out),
+        Op::CumsumBackward(a) => reduce::cumsum_backward(a.axis, a.exclusive, ins[0], out),
+        Op::ArgMax(a) => reduce::arg_max(a.axis, ins[0], out),
+        Op::ArgMin(a) => reduce::arg_min(a.axis, ins[0], out),
+        Op::TopK(a) => {
+            let [values, indices] = outs else { return Err("TopK has two outputs".into()) };
+            reduce::top_k(a.k, ins[0], values, indices)
+        }
+        Op::Sort(a) => reduce::sort(a.axis, a.descending, ins[0], out),
+        Op::ArgSort(a) => reduce::arg_sort(a.axis, a.descending, ins[0], out),
+        // softmax
+        Op::Softmax(a) => softmax::softmax(a.axis, ins[0], out),
+        Op::SoftmaxCrossEntropy(_) => softmax::softmax_cross_entropy(ins[0], ins[1], out),
+        Op::SoftmaxCrossEntropyWithLogits(a) => softmax::softmax_cross_entropy_with_logits(a.ignore_index, ins[0], ins[1], out),
+        Op::SoftmaxCrossEntropyBackward(a) => softmax::softmax_cross_entropy_backward(a.ignore_index, ins[0], ins[1], ins[2], out),
+        // random
+        Op::RngNormal(a) => random::rng_normal(a, out),
+        Op::RngUniform(a) => random::rng_uniform(a, out),
+        Op::Sample(a) => random::sample(a, ins[0], out),
         // rnn (outputs y, h_n[, c_n]; carried states are read, not written back: see kernels::rnn)
         Op::Lstm(a) => rnn::lstm(a, ins, outs),
         Op::Gru(a) => rnn::gru(a, ins, outs),

@@ -41,8 +41,8 @@ impl CpuExecutable {
     }
 }
 
-fn plan(g: &Graph, inputs: &[&Tensor]) -> Result<Plan> {
-    let graph = specialize(g, &inputs.iter().map(|t| t.ty()).collect::<Vec<_>>())?;
+fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
+    let graph = specialize(g, &inputs.iter().map(|t| t.ty()).collect::<Vec<_>>(), bindings)?;
     let mut slots: Vec<Vec<(Slot, Vec<usize>)>> = Vec::with_capacity(graph.len());
     let mut steps = Vec::new();
     let mut input_nodes = Vec::new();
@@ -181,10 +181,10 @@ impl Executable for CpuExecutable {
         Ok(())
     }
 
-    fn run(&mut self, inputs: &[&Tensor], _bindings: &Bindings) -> Result<Vec<Tensor>> {
+    fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
         let key: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
         if !self.plans.contains_key(&key) {
-            let p = plan(&self.graph, inputs)?;
+            let p = plan(&self.graph, inputs, bindings)?;
             self.plans.insert(key.clone(), p);
         }
         let plan = self.plans.get_mut(&key).expect("plan was just inserted");

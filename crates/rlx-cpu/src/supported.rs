@@ -22,6 +22,43 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         // matmul
         MatMul,
         DotGeneral,
+        // shape
+        Reshape,
+        Transpose,
+        Narrow,
+        Slice,
+        Concat,
+        Expand,
+        Reverse,
+        Pad,
+        // index
+        Gather,
+        GatherBackward,
+        GatherNd,
+        GatherElements,
+        ScatterAdd,
+        ScatterNd,
+        ScatterElements,
+        // reduce
+        Reduce,
+        Cumsum,
+        CumProd,
+        CumMax,
+        CumsumBackward,
+        ArgMax,
+        ArgMin,
+        TopK,
+        Sort,
+        ArgSort,
+        // softmax
+        Softmax,
+        SoftmaxCrossEntropy,
+        SoftmaxCrossEntropyWithLogits,
+        SoftmaxCrossEntropyBackward,
+        // random
+        RngNormal,
+        RngUniform,
+        Sample,
         // rnn
         Lstm,
         Gru,

@@ -1,9 +1,11 @@
 //! Runs every reference fixture under `fixtures/cpu/` (made by `tools/fixtures/gen.py` with
 //! NumPy / SciPy / JAX) on the CPU backend and compares with the stored outputs; then checks
-//! that every op kind the backend claims ran natively in at least one fixture.
+//! that every op kind the backend claims ran natively in at least one fixture, and that every
+//! kind the CPU runs through the common IR (decomposition) appears in at least one fixture.
 
 use rlx_cpu::{CpuBackend, SUPPORTED_OPS};
 use rlx_ir::{DType, OpKind};
+use rlx_opt::Outcome;
 use rlx_runtime::{Session, Tensor};
 use safetensors::SafeTensors;
 use std::collections::{BTreeMap, BTreeSet};
@@ -96,6 +98,7 @@ fn cpu_matches_reference_fixtures_and_covers_every_claimed_kind() {
     let files = fixture_files();
     assert!(!files.is_empty(), "no fixtures found");
     let mut native: BTreeMap<OpKind, usize> = BTreeMap::new();
+    let mut written: BTreeSet<OpKind> = BTreeSet::new();
     let mut failures = Vec::new();
     for path in &files {
         let name = path.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")).unwrap_or(path).display().to_string();
@@ -108,6 +111,7 @@ fn cpu_matches_reference_fixtures_and_covers_every_claimed_kind() {
         let atol: f64 = meta["atol"].parse().unwrap();
         let result = (|| -> Result<(), String> {
             let g = rlx_ir::text::parse(&meta["ir"]).map_err(|e| e.to_string())?;
+            written.extend(g.nodes().iter().map(|n| n.op.kind()));
             let mut c = session.compile(&g).map_err(|e| e.to_string())?;
             for n in c.graph().nodes() {
                 *native.entry(n.op.kind()).or_default() += 1;
@@ -132,5 +136,11 @@ fn cpu_matches_reference_fixtures_and_covers_every_claimed_kind() {
     assert!(failures.is_empty(), "{} of {} fixtures failed:\n{}", failures.len(), files.len(), failures.join("\n"));
     let untested: Vec<_> = SUPPORTED_OPS.iter().filter(|k| !native.contains_key(k)).collect();
     assert!(untested.is_empty(), "claimed kinds that no fixture ran natively: {untested:?}");
+    let lowered: Vec<_> = OpKind::ALL
+        .iter()
+        .filter(|&&k| !matches!(rlx_opt::legalize::outcome_of(k, SUPPORTED_OPS), Outcome::Native | Outcome::Missing))
+        .filter(|k| !written.contains(k))
+        .collect();
+    assert!(lowered.is_empty(), "kinds the CPU runs through the common IR that no fixture uses: {lowered:?}");
     eprintln!("{} fixtures passed", files.len());
 }

@@ -26,6 +26,15 @@ impl Dim {
     pub fn sym(name: &str) -> Dim {
         Dim::Sym(name.to_string())
     }
+
+    /// Replaces a symbol that `sizes` knows by its size.
+    pub fn bind(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        if let Dim::Sym(s) = self {
+            if let Some(n) = sizes(s) {
+                *self = Dim::Static(n);
+            }
+        }
+    }
 }
 
 impl From<usize> for Dim {
@@ -123,6 +132,11 @@ impl Shape {
     /// Element count, if every dim is static.
     pub fn numel(&self) -> Option<usize> {
         self.0.iter().try_fold(1usize, |acc, d| Some(acc * d.as_static()?))
+    }
+
+    /// Replaces every symbol that `sizes` knows by its size.
+    pub fn bind(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.0.iter_mut().for_each(|d| d.bind(sizes));
     }
 
     pub fn is_static(&self) -> bool {

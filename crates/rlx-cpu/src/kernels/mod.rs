@@ -3,7 +3,15 @@
 
 pub mod elementwise;
 pub mod matmul;
+pub mod index;
+pub mod shape;
 pub mod real;
+// reduce
+pub mod reduce;
+// softmax
+pub mod softmax;
+// random
+pub mod random;
 // rnn, ssm
 pub mod rnn;
 pub mod ssm;

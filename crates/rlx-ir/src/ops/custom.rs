@@ -114,6 +114,9 @@ fn check_returns(what: &str, g: &Graph, want: &[TensorType]) -> Result<(), Strin
 }
 
 impl OpDef for Custom {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.outputs.iter_mut().for_each(|t| t.shape.bind(sizes));
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(self.num_inputs as usize)
     }

@@ -159,6 +159,9 @@ impl OpDef for Gather {
 }
 
 impl OpDef for GatherBackward {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.table_shape.bind(sizes);
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(2)
     }
@@ -226,6 +229,9 @@ impl OpDef for GatherElements {
 }
 
 impl OpDef for ScatterAdd {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.out_dim.bind(sizes);
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(2)
     }

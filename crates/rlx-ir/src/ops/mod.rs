@@ -75,6 +75,10 @@ pub trait OpDef {
         Vec::new()
     }
 
+    /// Replaces symbolic dims held in attributes (reshape targets, declared shapes) by the
+    /// sizes `sizes` knows, so a specialized graph is fully static.
+    fn bind_symbols(&mut self, _sizes: &dyn Fn(&str) -> Option<usize>) {}
+
     /// Sub-graphs carried as attributes (control flow, `CustomFn`).
     fn subgraphs(&self) -> Vec<&crate::Graph> {
         Vec::new()
@@ -133,6 +137,13 @@ macro_rules! op_set {
 
             /// The op's definition: arity, inference and effects.
             pub fn def(&self) -> &dyn OpDef {
+                match self {
+                    $(Op::$kind(a) => a,)*
+                }
+            }
+
+            /// The op's definition, mutably (for [`OpDef::bind_symbols`]).
+            pub fn def_mut(&mut self) -> &mut dyn OpDef {
                 match self {
                     $(Op::$kind(a) => a,)*
                 }

@@ -70,6 +70,11 @@ fn rng_output(shape: &Option<Shape>, op_seed: Option<f32>, inputs: &[TensorType]
 }
 
 impl OpDef for RngNormal {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        if let Some(s) = &mut self.shape {
+            s.bind(sizes);
+        }
+    }
     fn arity(&self) -> Arity {
         rng_arity(&self.shape)
     }
@@ -85,6 +90,11 @@ impl OpDef for RngNormal {
 }
 
 impl OpDef for RngUniform {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        if let Some(s) = &mut self.shape {
+            s.bind(sizes);
+        }
+    }
     fn arity(&self) -> Arity {
         rng_arity(&self.shape)
     }

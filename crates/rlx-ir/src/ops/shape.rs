@@ -21,6 +21,17 @@ pub enum TargetDim {
     Sym(String),
 }
 
+/// Replaces symbol entries that `sizes` knows by their sizes.
+fn bind_targets(targets: &mut [TargetDim], sizes: &dyn Fn(&str) -> Option<usize>) {
+    for t in targets {
+        if let TargetDim::Sym(s) = t {
+            if let Some(n) = sizes(s) {
+                *t = TargetDim::Size(n as i64);
+            }
+        }
+    }
+}
+
 impl From<i64> for TargetDim {
     fn from(n: i64) -> Self {
         TargetDim::Size(n)
@@ -227,6 +238,9 @@ fn sub_multiset<'a>(whole: &[&'a str], part: &[&str]) -> Option<Vec<&'a str>> {
 }
 
 impl OpDef for Reshape {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        bind_targets(&mut self.new_shape, sizes);
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }
@@ -405,6 +419,9 @@ impl OpDef for Concat {
 }
 
 impl OpDef for Expand {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        bind_targets(&mut self.target_shape, sizes);
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
     }

@@ -36,6 +36,9 @@ impl OpDef for Input {
 }
 
 impl OpDef for Param {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.ty.shape.bind(sizes);
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(0)
     }

@@ -7,6 +7,14 @@
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
 mod elementwise;
+// reduce
+mod reduce;
+// softmax
+mod softmax;
+
+// kshape: shape, index
+mod index;
+mod shape;
 // rnn, ssm
 mod rnn;
 mod ssm;
@@ -40,6 +48,13 @@ pub fn is_primitive(kind: OpKind) -> bool {
 /// Whether the common IR can lower `kind`.
 pub fn has_rule(kind: OpKind) -> bool {
     elementwise::KINDS.contains(&kind)
+        // kshape
+        || shape::KINDS.contains(&kind)
+        || index::KINDS.contains(&kind)
+        // reduce
+        || reduce::KINDS.contains(&kind)
+        // softmax
+        || softmax::KINDS.contains(&kind)
         // rnn, ssm
         || rnn::KINDS.contains(&kind)
         || ssm::KINDS.contains(&kind)
@@ -49,6 +64,13 @@ pub fn has_rule(kind: OpKind) -> bool {
 /// that replace its outputs; `None` when `op` has no decomposition.
 pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
     elementwise::decompose(op, g, inputs)
+        // kshape
+        .or_else(|| shape::decompose(op, g, inputs))
+        .or_else(|| index::decompose(op, g, inputs))
+        // reduce
+        .or_else(|| reduce::decompose(op, g, inputs))
+        // softmax
+        .or_else(|| softmax::decompose(op, g, inputs))
         // rnn, ssm
         .or_else(|| rnn::decompose(op, g, inputs))
         .or_else(|| ssm::decompose(op, g, inputs))

@@ -136,6 +136,9 @@ fn max_pool_backward(win: &Window, inputs: &[TensorType]) -> Result<Vec<TensorTy
 }
 
 impl OpDef for Conv2dBackwardInput {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.input_size.iter_mut().for_each(|d| d.bind(sizes));
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(2)
     }
@@ -156,6 +159,9 @@ impl OpDef for Conv2dBackwardWeight {
 }
 
 impl OpDef for Conv3dBackwardInput {
+    fn bind_symbols(&mut self, sizes: &dyn Fn(&str) -> Option<usize>) {
+        self.input_size.iter_mut().for_each(|d| d.bind(sizes));
+    }
     fn arity(&self) -> Arity {
         Arity::Exact(2)
     }
