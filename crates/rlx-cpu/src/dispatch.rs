@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{elementwise, index, matmul, random, reduce, rnn, shape, softmax, ssm};
+use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, softmax, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -61,6 +61,44 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::RngNormal(a) => random::rng_normal(a, out),
         Op::RngUniform(a) => random::rng_uniform(a, out),
         Op::Sample(a) => random::sample(a, ins[0], out),
+        // norm
+        Op::LayerNorm(a) => norm::layer_norm(a, ins, outs),
+        Op::LayerNorm2d(a) => norm::layer_norm_2d(a, ins, outs),
+        Op::GroupNorm(a) => norm::group_norm(a, ins, outs),
+        Op::RmsNorm(a) => norm::rms_norm(a, ins, outs),
+        Op::BatchNormInference(a) => norm::batch_norm_inference(a, ins, outs),
+        Op::LayerNormBackwardInput(a) => norm::layer_norm_backward_input(a, ins, outs),
+        Op::LayerNormBackwardGamma(a) => norm::layer_norm_backward_gamma(a, ins, outs),
+        Op::RmsNormBackwardInput(a) => norm::rms_norm_backward_input(a, ins, outs),
+        Op::RmsNormBackwardGamma(a) => norm::rms_norm_backward_gamma(a, ins, outs),
+        Op::RmsNormBackwardBeta(a) => norm::rms_norm_backward_beta(a, ins, outs),
+        Op::GroupNormBackwardInput(a) => norm::group_norm_backward_input(a, ins, outs),
+        Op::GroupNormBackwardGamma(a) => norm::group_norm_backward_gamma(a, ins, outs),
+        Op::GroupNormBackwardBeta(a) => norm::group_norm_backward_beta(a, ins, outs),
+        Op::BatchNormInferenceBackwardInput(a) => norm::batch_norm_inference_backward_input(a, ins, outs),
+        Op::BatchNormInferenceBackwardGamma(a) => norm::batch_norm_inference_backward_gamma(a, ins, outs),
+        Op::BatchNormInferenceBackwardBeta(a) => norm::batch_norm_inference_backward_beta(a, ins, outs),
+        // attention
+        Op::Attention(a) => attention::attention(a, ins, outs),
+        Op::AttentionBackward(a) => attention::attention_backward(a, ins, outs),
+        Op::AttentionBackwardAll(a) => attention::attention_backward_all(a, ins, outs),
+        Op::Rope(a) => attention::rope(a, ins, outs),
+        Op::RopeBackward(a) => attention::rope_backward(a, ins, outs),
+        Op::AxialRope2d(a) => attention::axial_rope_2d(a, ins, outs),
+        // conv
+        Op::Conv(a) => conv::conv(a, ins[0], ins[1], out),
+        Op::Conv3d(a) => conv::conv3d(a, ins[0], ins[1], out),
+        Op::ConvTranspose2d(a) => conv::conv_transpose2d(a, ins[0], ins[1], out),
+        Op::ConvTranspose3d(a) => conv::conv_transpose3d(a, ins[0], ins[1], out),
+        Op::Im2Col(a) => conv::im2col_op(a, ins[0], out),
+        Op::Pool(a) => conv::pool(a, ins[0], out),
+        Op::ResizeNearest2x(_) | Op::Interpolate3d(_) => conv::resize_nearest(ins[0], out),
+        Op::Conv2dBackwardInput(a) => conv::conv2d_backward_input(a, ins[0], ins[1], out),
+        Op::Conv2dBackwardWeight(a) => conv::conv2d_backward_weight(a, ins[0], ins[1], out),
+        Op::Conv3dBackwardInput(a) => conv::conv3d_backward_input(a, ins[0], ins[1], out),
+        Op::Conv3dBackwardWeight(a) => conv::conv3d_backward_weight(a, ins[0], ins[1], out),
+        Op::MaxPool2dBackward(a) => conv::max_pool_backward(a, ins[0], ins[1], out),
+        Op::MaxPool3dBackward(a) => conv::max_pool3d_backward(a, ins[0], ins[1], out),
         // rnn (outputs y, h_n[, c_n]; carried states are read, not written back: see kernels::rnn)
         Op::Lstm(a) => rnn::lstm(a, ins, outs),
         Op::Gru(a) => rnn::gru(a, ins, outs),

@@ -2,6 +2,7 @@
 //! on the `gemm` crate's packed, cache-blocked kernels (f32, f64, c32); half floats and
 //! mixed float operands run through f32; integers use a wrapping i64-accumulating loop.
 
+use super::real::Real;
 use crate::view::{broadcast_strides, for_each_broadcast, strides, In, Out};
 use gemm::Parallelism;
 use half::{bf16, f16};
@@ -137,7 +138,7 @@ impl Gemm {
 }
 
 /// Any float operand as f32.
-fn widen(x: In) -> Vec<f32> {
+pub(crate) fn widen(x: In) -> Vec<f32> {
     match x.dtype {
         DType::F32 => x.get::<f32>().to_vec(),
         DType::F64 => x.get::<f64>().iter().map(|&v| v as f32).collect(),
@@ -147,7 +148,7 @@ fn widen(x: In) -> Vec<f32> {
 }
 
 /// Stores f32 results into a float output of any width.
-fn narrow(v: &[f32], out: &mut Out) {
+pub(crate) fn narrow(v: &[f32], out: &mut Out) {
     match out.dtype {
         DType::F32 => out.get::<f32>().copy_from_slice(v),
         DType::F64 => out.get::<f64>().iter_mut().zip(v).for_each(|(o, &x)| *o = x as f64),
@@ -158,13 +159,13 @@ fn narrow(v: &[f32], out: &mut Out) {
 
 macro_rules! int_io {
     ($($d:ident => $t:ty),*) => {
-        fn ints(x: In) -> Vec<i64> {
+        pub(crate) fn ints(x: In) -> Vec<i64> {
             match x.dtype {
                 $(DType::$d => x.get::<$t>().iter().map(|&v| v as i64).collect(),)*
                 _ => unreachable!("integer dtypes only"),
             }
         }
-        fn store_ints(v: &[i64], out: &mut Out) {
+        pub(crate) fn store_ints(v: &[i64], out: &mut Out) {
             match out.dtype {
                 $(DType::$d => out.get::<$t>().iter_mut().zip(v).for_each(|(o, &x)| *o = x as $t),)*
                 _ => unreachable!("integer dtypes only"),
@@ -205,4 +206,53 @@ pub fn dot_general(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), St
     let (a2, b2) = (In { dtype: a.dtype, dims: &da, bytes: &ba }, In { dtype: b.dtype, dims: &db, bytes: &bb });
     let g = Gemm { m, k, n, batches: (0..batch).map(|i| (i * m * k, i * k * n, i * m * n)).collect() };
     g.dispatch(a2, b2, out)
+}
+
+/// One product `out (+)= a·b` over slices, for kernels that lower onto GEMM (conv as
+/// im2col + GEMM): `out [m, n]` row-major; `a [m, k]` and `b [k, n]` are read through
+/// `(row, column)` element strides, so a transposed operand needs no copy. With `accumulate`
+/// the product is added to `out`, else `out` is overwritten. Runs on several threads when
+/// large and not already inside a rayon task (callers that split their own work over threads
+/// get single-threaded products). Panics if a slice is too short for its geometry.
+pub fn gemm_slice<T: Real>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[T],
+    a_strides: [usize; 2],
+    b: &[T],
+    b_strides: [usize; 2],
+    out: &mut [T],
+    accumulate: bool,
+) {
+    if m * n == 0 {
+        return;
+    }
+    let last = |s: [usize; 2], r: usize, c: usize| (r - 1) * s[0] + (c - 1) * s[1];
+    assert!(out.len() >= m * n, "gemm_slice: out holds {} < {m}·{n}", out.len());
+    if k == 0 {
+        if !accumulate {
+            out[..m * n].fill(T::ZERO);
+        }
+        return;
+    }
+    assert!(a.len() > last(a_strides, m, k), "gemm_slice: a is too short for [{m}, {k}] at strides {a_strides:?}");
+    assert!(b.len() > last(b_strides, k, n), "gemm_slice: b is too short for [{k}, {n}] at strides {b_strides:?}");
+    let threads = rayon::current_num_threads();
+    let par = if m * n * k >= PAR_FLOPS && threads > 1 && rayon::current_thread_index().is_none() {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    // Safety: the asserts above keep every addressed element inside its slice, and `out` is a
+    // `&mut` so it aliases neither operand.
+    unsafe {
+        gemm::gemm(
+            m, n, k,
+            out.as_mut_ptr(), 1, n as isize, accumulate,
+            a.as_ptr(), a_strides[1] as isize, a_strides[0] as isize,
+            b.as_ptr(), b_strides[1] as isize, b_strides[0] as isize,
+            if accumulate { T::ONE } else { T::ZERO }, T::ONE, false, false, false, par,
+        )
+    }
 }

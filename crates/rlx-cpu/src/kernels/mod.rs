@@ -1,10 +1,13 @@
 //! CPU kernels by op family. A kernel is a function over [`In`](crate::view::In) operands
 //! and [`Out`](crate::view::Out) results with its contract in the doc comment.
 
+pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod matmul;
 pub mod index;
 pub mod shape;
+pub mod norm;
 pub mod real;
 // reduce
 pub mod reduce;

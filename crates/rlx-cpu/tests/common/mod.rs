@@ -1,6 +1,9 @@
 //! Helpers shared by the CPU integration tests.
 #![allow(dead_code)]
 
+/// Random inputs for text-IR graphs and native-vs-decomposed runs (norm, attention).
+pub mod graphs;
+
 use rlx_cpu::{CpuBackend, SUPPORTED_OPS};
 use rlx_ir::{Graph, OpKind};
 use rlx_runtime::{CompileOptions, Session, Tensor};

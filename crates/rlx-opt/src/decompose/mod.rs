@@ -15,9 +15,22 @@ mod softmax;
 // kshape: shape, index
 mod index;
 mod shape;
+// norm, attention
+mod attention;
+mod norm;
+// conv
+mod conv;
 // rnn, ssm
 mod rnn;
 mod ssm;
+
+// kdecomp: fused, matmul, quant, control, custom
+mod build;
+mod control;
+mod custom;
+mod fused;
+mod matmul;
+mod quant;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -55,9 +68,20 @@ pub fn has_rule(kind: OpKind) -> bool {
         || reduce::KINDS.contains(&kind)
         // softmax
         || softmax::KINDS.contains(&kind)
+        // norm, attention
+        || norm::KINDS.contains(&kind)
+        || attention::KINDS.contains(&kind)
+        // conv
+        || conv::KINDS.contains(&kind)
         // rnn, ssm
         || rnn::KINDS.contains(&kind)
         || ssm::KINDS.contains(&kind)
+        // kdecomp
+        || fused::KINDS.contains(&kind)
+        || matmul::KINDS.contains(&kind)
+        || quant::KINDS.contains(&kind)
+        || control::KINDS.contains(&kind)
+        || custom::KINDS.contains(&kind)
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
@@ -71,7 +95,18 @@ pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Ve
         .or_else(|| reduce::decompose(op, g, inputs))
         // softmax
         .or_else(|| softmax::decompose(op, g, inputs))
+        // norm, attention
+        .or_else(|| norm::decompose(op, g, inputs))
+        .or_else(|| attention::decompose(op, g, inputs))
+        // conv
+        .or_else(|| conv::decompose(op, g, inputs))
         // rnn, ssm
         .or_else(|| rnn::decompose(op, g, inputs))
         .or_else(|| ssm::decompose(op, g, inputs))
+        // kdecomp
+        .or_else(|| fused::decompose(op, g, inputs))
+        .or_else(|| matmul::decompose(op, g, inputs))
+        .or_else(|| quant::decompose(op, g, inputs))
+        .or_else(|| control::decompose(op, g, inputs))
+        .or_else(|| custom::decompose(op, g, inputs))
 }

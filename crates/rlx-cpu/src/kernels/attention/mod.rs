@@ -1,0 +1,406 @@
+//! Scaled dot-product attention (OPS.md §7) and its backward ops (§22, `attention/backward.rs`);
+//! rotary embeddings are in `attention/rope.rs`.
+//!
+//! Layouts (per tensor, see [`Heads`]): rank 4 is head-major `[B, H, S, D]`, rank 3 is
+//! `[B, S, H·D]` with head `h` at columns `[h·D, (h+1)·D)`, rank 2 is `[S, H·D]` (`B = 1`).
+//! F32 and F64 compute in their own precision (F16/BF16 go through F32, as OPS.md computes
+//! scores and softmax in F32). The kernels do their own dot products; nothing here calls the
+//! matmul kernels.
+//!
+//! Masking: `Causal` and `SlidingWindow(w)` align the queries with the last keys
+//! (`abs_q = S_k − S_q + qi`); `Custom` keeps keys whose mask value is ≥ 0.5 (Bool: true);
+//! `Bias` adds a tensor broadcast to `[B, H, S_q, S_k]`. OPS.md replaces masked logits by
+//! −1e9, so a row with no key left has uniform weights (the mean of V). Rows with at least one
+//! kept key skip the masked ones: their weight `exp(−1e9 − max)` is exactly 0 in f32 and f64
+//! unless every kept logit is itself below about −1e9 + 700.
+
+mod backward;
+mod rope;
+
+pub use backward::*;
+pub use rope::*;
+
+use super::norm::{through_f32, values_f64};
+use super::real::Real;
+use super::by_float;
+use crate::view::{broadcast_strides, In, Out};
+use rayon::prelude::*;
+use rlx_ir::ops::attention::{Attention, MaskKind};
+
+/// Queries per task of the forward kernel.
+const Q_BLOCK: usize = 16;
+/// Keys scored at once (the tile of the online softmax).
+const K_TILE: usize = 64;
+
+/// Where the rows of each `(batch, head)` of one Q/K/V/output tensor live.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Heads {
+    pub batch: usize,
+    pub heads: usize,
+    pub seq: usize,
+    /// Elements per head row.
+    pub width: usize,
+    head_major: bool,
+}
+
+impl Heads {
+    /// The layout of a tensor of `dims` with `heads` heads.
+    pub fn of(dims: &[usize], heads: usize) -> Heads {
+        match *dims {
+            [b, h, s, d] => Heads { batch: b, heads: h, seq: s, width: d, head_major: true },
+            [b, s, w] => Heads { batch: b, heads, seq: s, width: w / heads, head_major: false },
+            [s, w] => Heads { batch: 1, heads, seq: s, width: w / heads, head_major: false },
+            _ => unreachable!("inference admits ranks 2 to 4 only"),
+        }
+    }
+
+    /// Offset of row `s` of head `h` of batch item `b`.
+    pub fn row(&self, b: usize, h: usize, s: usize) -> usize {
+        if self.head_major {
+            ((b * self.heads + h) * self.seq + s) * self.width
+        } else {
+            (b * self.seq + s) * self.heads * self.width + h * self.width
+        }
+    }
+
+    /// Copies the `seq × width` rows of head `(b, h)` out of `x`, contiguous.
+    pub fn gather<T: Copy>(&self, x: &[T], b: usize, h: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(self.seq * self.width);
+        for s in 0..self.seq {
+            let at = self.row(b, h, s);
+            out.extend_from_slice(&x[at..at + self.width]);
+        }
+        out
+    }
+
+    /// Writes `rows` (from row `s0` on, contiguous) into head `(b, h)` of `x`.
+    pub fn scatter<T: Copy>(&self, x: &mut [T], b: usize, h: usize, s0: usize, rows: &[T]) {
+        for (i, r) in rows.chunks(self.width).enumerate() {
+            let at = self.row(b, h, s0 + i);
+            x[at..at + self.width].copy_from_slice(r);
+        }
+    }
+}
+
+/// `Σ a_i·b_i`, summed in 8 interleaved partial sums (which lets the compiler vectorize it).
+pub(crate) fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::ZERO; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca.remainder().iter().zip(cb.remainder()).fold(T::ZERO, |s, (&x, &y)| s + x * y);
+    for (xa, xb) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] = acc[i] + xa[i] * xb[i];
+        }
+    }
+    acc.iter().fold(tail, |s, &v| s + v)
+}
+
+/// The masking of one attention node: which keys each query keeps, and any additive bias.
+pub(crate) struct Masking<T> {
+    kind: MaskKind,
+    s_q: usize,
+    s_k: usize,
+    /// `Custom`: whether key `k` of batch `b` is kept, at `b·keep_strides[0] + k·keep_strides[1]`.
+    keep: Vec<bool>,
+    keep_strides: Vec<usize>,
+    /// `Bias`: values read at the broadcast strides over `[B, H, S_q, S_k]`.
+    bias: Vec<T>,
+    bias_strides: Vec<usize>,
+}
+
+impl<T: Real> Masking<T> {
+    /// The masking of `kind` for `batch × heads` heads of `s_q` queries and `s_k` keys, with
+    /// the mask or bias operand when the kind takes one.
+    pub fn new(kind: MaskKind, extra: Option<In>, batch: usize, heads: usize, s_q: usize, s_k: usize) -> Masking<T> {
+        let mut m = Masking { kind, s_q, s_k, keep: Vec::new(), keep_strides: Vec::new(), bias: Vec::new(), bias_strides: Vec::new() };
+        match (kind, extra) {
+            (MaskKind::Custom, Some(mask)) => {
+                m.keep = values_f64(mask).iter().map(|&v| v >= 0.5).collect();
+                m.keep_strides = broadcast_strides(mask.dims, &[batch, s_k]);
+            }
+            (MaskKind::Bias, Some(bias)) => {
+                m.bias = values_f64(bias).iter().map(|&v| T::of(v)).collect();
+                m.bias_strides = broadcast_strides(bias.dims, &[batch, heads, s_q, s_k]);
+            }
+            _ => {}
+        }
+        m
+    }
+
+    /// The keys `[lo, hi)` that query `qi` may keep (before a `Custom` mask); empty when a
+    /// structural mask leaves it none.
+    pub fn range(&self, qi: usize) -> (usize, usize) {
+        let abs_q = self.s_k as isize - self.s_q as isize + qi as isize;
+        let hi = (abs_q + 1).clamp(0, self.s_k as isize) as usize;
+        match self.kind {
+            MaskKind::Causal => (0, hi),
+            MaskKind::SlidingWindow(w) => ((abs_q - w as isize + 1).clamp(0, hi as isize) as usize, hi),
+            _ => (0, self.s_k),
+        }
+    }
+
+    /// Whether key `k` survives the `Custom` mask of batch item `b` (always, for other kinds).
+    pub fn kept(&self, b: usize, k: usize) -> bool {
+        self.keep.is_empty() || self.keep[b * self.keep_strides[0] + k * self.keep_strides[1]]
+    }
+
+    /// Whether query `qi` of batch item `b` keeps at least one key.
+    pub fn any_kept(&self, b: usize, qi: usize) -> bool {
+        let (lo, hi) = self.range(qi);
+        (lo..hi).any(|k| self.kept(b, k))
+    }
+
+    /// The bias added to logit `(b, h, qi, k)` (zero without a bias).
+    pub fn bias(&self, b: usize, h: usize, qi: usize, k: usize) -> T {
+        if self.bias.is_empty() {
+            return T::ZERO;
+        }
+        let s = &self.bias_strides;
+        self.bias[b * s[0] + h * s[1] + qi * s[2] + k * s[3]]
+    }
+}
+
+/// The logit transform of one node: scale, optional softcap.
+#[derive(Clone, Copy)]
+pub(crate) struct Logits<T> {
+    pub scale: T,
+    pub softcap: Option<T>,
+}
+
+impl<T: Real> Logits<T> {
+    /// The logit of a query·key dot product: `α·dot`, then `c·tanh(·/c)` with a softcap.
+    pub fn apply(&self, dot: T) -> T {
+        let s = dot * self.scale;
+        match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        }
+    }
+}
+
+/// The mean of the `rows × width` rows `v` (the output of a fully masked query row).
+pub(crate) fn mean_rows<T: Real>(v: &[T], width: usize) -> Vec<T> {
+    let rows = v.len() / width.max(1);
+    let mut m = vec![T::ZERO; width];
+    for r in v.chunks(width) {
+        m.iter_mut().zip(r).for_each(|(a, &x)| *a = *a + x);
+    }
+    let n = T::of(rows as f64);
+    m.iter_mut().for_each(|a| *a = *a / n);
+    m
+}
+
+/// The online-softmax state of one query row: running max, normalizer and weighted sum of V.
+pub(crate) struct RowState<T> {
+    pub max: T,
+    pub sum: T,
+    pub acc: Vec<T>,
+}
+
+impl<T: Real> RowState<T> {
+    pub fn new(width: usize) -> RowState<T> {
+        RowState { max: T::of(f64::NEG_INFINITY), sum: T::ZERO, acc: vec![T::ZERO; width] }
+    }
+
+    /// Folds in the logits `s[j]` of keys whose value rows are `v_row(j)`.
+    pub fn update<'a>(&mut self, s: &[T], v_row: impl Fn(usize) -> &'a [T]) where T: 'a {
+        let tile_max = s.iter().fold(T::of(f64::NEG_INFINITY), |m, &x| m.max_nan(x));
+        let new_max = self.max.max_nan(tile_max);
+        if new_max == T::of(f64::NEG_INFINITY) {
+            return; // every logit so far is −inf: nothing to weigh yet
+        }
+        let corr = if self.max == T::of(f64::NEG_INFINITY) { T::ZERO } else { (self.max - new_max).exp() };
+        if corr != T::ONE {
+            self.sum = self.sum * corr;
+            self.acc.iter_mut().for_each(|a| *a = *a * corr);
+        }
+        for (j, &x) in s.iter().enumerate() {
+            let p = (x - new_max).exp();
+            self.sum = self.sum + p;
+            for (a, &v) in self.acc.iter_mut().zip(v_row(j)) {
+                *a = *a + p * v;
+            }
+        }
+        self.max = new_max;
+    }
+
+    /// The normalized output row.
+    pub fn finish(self) -> Vec<T> {
+        let sum = self.sum;
+        self.acc.into_iter().map(|a| a / sum).collect()
+    }
+}
+
+/// One head of attention, queries `q0..q1`: returns their output rows (`width_v` each).
+#[allow(clippy::too_many_arguments)]
+fn head_block<T: Real>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    (d, dv): (usize, usize),
+    (b, h): (usize, usize),
+    (q0, q1): (usize, usize),
+    logits: Logits<T>,
+    mask: &Masking<T>,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity((q1 - q0) * dv);
+    let mut fallback: Option<Vec<T>> = None;
+    let mut s = Vec::with_capacity(K_TILE);
+    for qi in q0..q1 {
+        if !mask.any_kept(b, qi) {
+            out.extend_from_slice(fallback.get_or_insert_with(|| mean_rows(v, dv)));
+            continue;
+        }
+        let qr = &q[qi * d..(qi + 1) * d];
+        let (lo, hi) = mask.range(qi);
+        let mut state = RowState::new(dv);
+        let mut keys = Vec::with_capacity(K_TILE);
+        let mut t = lo;
+        while t < hi {
+            let end = (t + K_TILE).min(hi);
+            s.clear();
+            keys.clear();
+            for kj in t..end {
+                if mask.kept(b, kj) {
+                    s.push(logits.apply(dot(qr, &k[kj * d..(kj + 1) * d])) + mask.bias(b, h, qi, kj));
+                    keys.push(kj);
+                }
+            }
+            state.update(&s, |j| &v[keys[j] * dv..(keys[j] + 1) * dv]);
+            t = end;
+        }
+        out.extend(state.finish());
+    }
+    out
+}
+
+/// The forward kernel over typed slices.
+fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
+    let (lq, lk, lv) = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, a.num_heads), Heads::of(ins[2].dims, a.num_heads));
+    let lo = Heads::of(out.dims, a.num_heads);
+    let (bsz, heads, s_q, s_k) = (lq.batch, a.num_heads, lq.seq, lk.seq);
+    let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), bsz, heads, s_q, s_k);
+    // The default scale in f64 (`Attention::scale` rounds it to f32).
+    let scale = a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from);
+    let logits = Logits { scale: T::of(scale), softcap: a.attn_logit_softcap.map(|c| T::of(c as f64)) };
+    let (xq, xk, xv) = (ins[0].get::<T>(), ins[1].get::<T>(), ins[2].get::<T>());
+    let (d, dv) = (lq.width, lv.width);
+    let tasks: Vec<(usize, usize)> = (0..bsz * heads).map(|bh| (bh / heads, bh % heads)).collect();
+    let work = bsz * heads * s_q * s_k * (d + dv);
+    let per_head = |&(b, h): &(usize, usize)| -> Vec<(usize, Vec<T>)> {
+        let (q, k, v) = (lq.gather(xq, b, h), lk.gather(xk, b, h), lv.gather(xv, b, h));
+        let blocks: Vec<usize> = (0..s_q).step_by(Q_BLOCK).collect();
+        let run = |&q0: &usize| (q0, head_block(&q, &k, &v, (d, dv), (b, h), (q0, (q0 + Q_BLOCK).min(s_q)), logits, &mask));
+        if work < super::PAR_MIN {
+            blocks.iter().map(run).collect()
+        } else {
+            blocks.par_iter().map(run).collect()
+        }
+    };
+    let results: Vec<Vec<(usize, Vec<T>)>> = if work < super::PAR_MIN {
+        tasks.iter().map(per_head).collect()
+    } else {
+        tasks.par_iter().map(per_head).collect()
+    };
+    let o = out.get::<T>();
+    for (&(b, h), blocks) in tasks.iter().zip(results) {
+        for (q0, rows) in blocks {
+            lo.scatter(o, b, h, q0, &rows);
+        }
+    }
+}
+
+/// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`; any of the three
+/// layouts, `S_k ≠ S_q`, `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
+/// softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads × query blocks.
+pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
+    through_f32(ins, outs, |ins, outs| by_float!(ins[0].dtype, T => forward::<T>(a, ins, &mut outs[0])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::DType;
+
+    /// Plain softmax attention of one head with −1e9 masking, materializing the scores.
+    fn naive(q: &[f64], k: &[f64], v: &[f64], d: usize, keep: impl Fn(usize, usize) -> bool) -> Vec<f64> {
+        let (sq, sk) = (q.len() / d, k.len() / d);
+        let dv = v.len() / sk;
+        let mut out = vec![0.0; sq * dv];
+        for i in 0..sq {
+            let s: Vec<f64> = (0..sk)
+                .map(|j| if keep(i, j) { (0..d).map(|e| q[i * d + e] * k[j * d + e]).sum::<f64>() / (d as f64).sqrt() } else { -1e9 })
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            for j in 0..sk {
+                for e in 0..dv {
+                    out[i * dv + e] += (s[j] - m).exp() / z * v[j * dv + e];
+                }
+            }
+        }
+        out
+    }
+
+    fn data(n: usize, seed: u64) -> Vec<f64> {
+        (0..n).map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f64 / 500.0) - 1.0).collect()
+    }
+
+    fn run(a: &Attention, q: &[f64], k: &[f64], v: &[f64], dims: [&[usize]; 3]) -> Vec<f64> {
+        let ins = [
+            In { dtype: DType::F64, dims: dims[0], bytes: bytemuck::cast_slice(q) },
+            In { dtype: DType::F64, dims: dims[1], bytes: bytemuck::cast_slice(k) },
+            In { dtype: DType::F64, dims: dims[2], bytes: bytemuck::cast_slice(v) },
+        ];
+        let mut y = vec![0f64; q.len() / a.head_dim * a.v_head_dim.unwrap_or(a.head_dim)];
+        let mut outs = [Out { dtype: DType::F64, dims: dims[0], bytes: bytemuck::cast_slice_mut(&mut y) }];
+        attention(a, &ins, &mut outs).unwrap();
+        y
+    }
+
+    #[test]
+    fn long_causal_decode_matches_the_materialized_softmax() {
+        // One head, 3 queries against 150 keys (several key tiles), bottom-right causal.
+        let (sq, sk, d) = (3, 150, 4);
+        let (q, k, v) = (data(sq * d, 1), data(sk * d, 2), data(sk * d, 3));
+        let got = run(&Attention::new(1, d, MaskKind::Causal), &q, &k, &v, [&[1, 1, sq, d], &[1, 1, sk, d], &[1, 1, sk, d]]);
+        let want = naive(&q, &k, &v, d, |i, j| j <= sk - sq + i);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn queries_before_every_key_get_the_mean_of_v() {
+        // S_q > S_k: the first query has abs_q = −1 and no key; it gets uniform weights.
+        let (sq, sk, d) = (3, 2, 2);
+        let (q, k, v) = (data(sq * d, 4), data(sk * d, 5), data(sk * d, 6));
+        let got = run(&Attention::new(1, d, MaskKind::Causal), &q, &k, &v, [&[sq, d], &[sk, d], &[sk, d]]);
+        let want = naive(&q, &k, &v, d, |i, j| (j as isize) <= sk as isize - sq as isize + i as isize);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+        }
+        assert!((got[0] - (v[0] + v[2]) / 2.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn many_heads_and_query_blocks_run_in_parallel() {
+        // [B, S, H·D] with B = 2, H = 3: 6 heads × 7 query blocks, above the parallel threshold.
+        let (b, s, h, d) = (2, 100, 3, 8);
+        let (q, k, v) = (data(b * s * h * d, 7), data(b * s * h * d, 8), data(b * s * h * d, 9));
+        let dims = [b, s, h * d];
+        let got = run(&Attention::new(h, d, MaskKind::SlidingWindow(20)), &q, &k, &v, [&dims, &dims, &dims]);
+        let head = |x: &[f64], bi: usize, hi: usize| -> Vec<f64> {
+            (0..s).flat_map(|si| x[(bi * s + si) * h * d + hi * d..][..d].to_vec()).collect()
+        };
+        for bi in 0..b {
+            for hi in 0..h {
+                let want = naive(&head(&q, bi, hi), &head(&k, bi, hi), &head(&v, bi, hi), d, |i, j| j <= i && j + 20 > i);
+                assert_eq!(head(&got, bi, hi).len(), want.len());
+                for (g, w) in head(&got, bi, hi).iter().zip(&want) {
+                    assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! Convolution, pooling and resize (OPS.md §10) and their backward ops (§22).
+//!
+//! Every conv-like op runs over three spatial axes: a 2-D op is a 3-D one with `D = 1`
+//! (and a 1-D conv is a 2-D one with `H = 1`, OPS.md §10). Convolutions lower onto GEMM:
+//! per (image, group) the window cells are copied into a column matrix `[C/g·K, O]`
+//! (`K` taps, `O` output cells) and multiplied by the group's weight rows
+//! ([`gemm_slice`](crate::kernels::matmul::gemm_slice)); transposed convs multiply first and scatter-add the columns back
+//! (col2im). Float ops run on f32 and f64; f16/bf16 operands compute in f32.
+
+/// Runs `$body` with `$T` bound to an unsigned type (or `[u32; 2]`) of the element size
+/// `$size`: data-movement kernels copy elements of any dtype as opaque bits.
+macro_rules! by_size {
+    ($size:expr, $T:ident => $body:expr) => {
+        match $size {
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            _ => {
+                type $T = [u32; 2];
+                $body
+            }
+        }
+    };
+}
+
+mod pool;
+mod resize;
+
+pub use pool::{max_pool3d_backward, max_pool_backward, pool};
+pub use resize::resize_nearest;
+
+use super::matmul::{gemm_slice, narrow, widen};
+use super::real::Real;
+use super::PAR_MIN;
+use crate::view::{In, Out};
+use rayon::prelude::*;
+use rlx_ir::ops::conv::{
+    Conv, Conv2dBackwardInput, Conv2dBackwardWeight, Conv3d, Conv3dBackwardInput, Conv3dBackwardWeight, ConvTranspose2d,
+    ConvTranspose3d, Im2Col,
+};
+use rlx_ir::DType;
+
+/// The window of a conv-like op over three spatial axes (2-D ops have a leading axis with
+/// extent 1, kernel 1, stride 1, no padding).
+///
+/// `big` is the spatial extent of the side the window slides over (a conv's input, a
+/// transposed conv's output), `small` that of the side with one cell per window position.
+/// Window position `o`, tap `k` covers big cell `o·s − p + k·d` on each axis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Geom {
+    pub big: [usize; 3],
+    pub small: [usize; 3],
+    pub k: [usize; 3],
+    pub s: [usize; 3],
+    pub p: [usize; 3],
+    pub d: [usize; 3],
+}
+
+/// `v` with missing entries set to `default`, right-aligned into three axes (axes before
+/// the op's spatial axes get `lead`).
+fn axes3(v: &[usize], rank: usize, default: usize, lead: usize) -> [usize; 3] {
+    let mut out = [lead; 3];
+    for i in 0..rank {
+        out[3 - rank + i] = v.get(i).copied().unwrap_or(default);
+    }
+    out
+}
+
+impl Geom {
+    /// From the spatial extents of both sides and the window attributes (missing stride and
+    /// dilation entries are 1, missing padding 0; OPS.md §10). `kernel` fixes the rank.
+    pub fn new(big: &[usize], small: &[usize], kernel: &[usize], stride: &[usize], padding: &[usize], dilation: &[usize]) -> Geom {
+        let r = kernel.len();
+        Geom {
+            big: axes3(big, r, 1, 1),
+            small: axes3(small, r, 1, 1),
+            k: axes3(kernel, r, 1, 1),
+            s: axes3(stride, r, 1, 1),
+            p: axes3(padding, r, 0, 0),
+            d: axes3(dilation, r, 1, 1),
+        }
+    }
+
+    /// Cells of one big plane.
+    pub fn big_cells(&self) -> usize {
+        self.big.iter().product()
+    }
+
+    /// Cells of one small plane.
+    pub fn small_cells(&self) -> usize {
+        self.small.iter().product()
+    }
+
+    /// Taps of one window.
+    pub fn taps(&self) -> usize {
+        self.k.iter().product()
+    }
+
+    /// The big cell on axis `a` under window position `o` and tap `k`, if inside.
+    #[inline]
+    pub fn src(&self, a: usize, o: usize, k: usize) -> Option<usize> {
+        let i = (o * self.s[a] + k * self.d[a]).checked_sub(self.p[a])?;
+        (i < self.big[a]).then_some(i)
+    }
+
+    /// A 1×1 window with stride 1 and no padding: the column matrix is the input itself.
+    fn pointwise(&self) -> bool {
+        self.k == [1; 3] && self.s == [1; 3] && self.p == [0; 3] && self.big == self.small
+    }
+
+    /// Calls `f(row, small_line_start, big_line_start)` for every line of the column matrix:
+    /// one (tap, od, oh) triple whose W cells lie inside on the D and H axes; the W axis is
+    /// left to the caller. Lines that fall outside on D or H are reported with `None`.
+    #[inline]
+    fn lines(&self, mut f: impl FnMut(usize, [usize; 3], usize, Option<usize>)) {
+        let [_, bh, bw] = self.big;
+        let [sd, sh, sw] = self.small;
+        let mut tap = 0;
+        for kd in 0..self.k[0] {
+            for kh in 0..self.k[1] {
+                for kw in 0..self.k[2] {
+                    let mut at = 0;
+                    for od in 0..sd {
+                        let id = self.src(0, od, kd);
+                        for oh in 0..sh {
+                            let base = match (id, self.src(1, oh, kh)) {
+                                (Some(id), Some(ih)) => Some((id * bh + ih) * bw),
+                                _ => None,
+                            };
+                            f(tap, [kd, kh, kw], at, base);
+                            at += sw;
+                        }
+                    }
+                    tap += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Copies the windows of `x [c, big]` into `col [c·K, O]`: row `(ci, tap)`, column = window
+/// position; cells outside `x` are `T::default()` (zero).
+pub fn im2col<T: Copy + Default>(x: &[T], c: usize, g: &Geom, col: &mut [T]) {
+    let (bi, o, kk, sw) = (g.big_cells(), g.small_cells(), g.taps(), g.small[2]);
+    for ci in 0..c {
+        let plane = &x[ci * bi..(ci + 1) * bi];
+        g.lines(|tap, [_, _, kw], at, base| {
+            let row = (ci * kk + tap) * o;
+            let line = &mut col[row + at..row + at + sw];
+            let Some(base) = base else {
+                line.fill(T::default());
+                return;
+            };
+            for (ow, v) in line.iter_mut().enumerate() {
+                *v = match g.src(2, ow, kw) {
+                    Some(iw) => plane[base + iw],
+                    None => T::default(),
+                };
+            }
+        });
+    }
+}
+
+/// The adjoint of [`im2col`]: adds every entry of `col [c·K, O]` onto the cell of
+/// `x [c, big]` it was read from (entries that came from outside are dropped).
+pub fn col2im<T: Real>(col: &[T], c: usize, g: &Geom, x: &mut [T]) {
+    let (bi, o, kk, sw) = (g.big_cells(), g.small_cells(), g.taps(), g.small[2]);
+    for ci in 0..c {
+        let plane = &mut x[ci * bi..(ci + 1) * bi];
+        g.lines(|tap, [_, _, kw], at, base| {
+            let Some(base) = base else { return };
+            let row = (ci * kk + tap) * o;
+            for (ow, &v) in col[row + at..row + at + sw].iter().enumerate() {
+                if let Some(iw) = g.src(2, ow, kw) {
+                    plane[base + iw] = plane[base + iw] + v;
+                }
+            }
+        });
+    }
+}
+
+/// Runs `f(i, chunk)` over the `chunk`-sized pieces of `out`, on several threads when there
+/// are enough pieces and enough work (`work` multiply-adds per piece); a lone large piece
+/// runs on this thread so that its GEMM can spread instead.
+fn for_chunks<T: Send>(out: &mut [T], chunk: usize, work: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    if chunk == 0 {
+        return;
+    }
+    let pieces = out.len() / chunk;
+    let threads = rayon::current_num_threads();
+    let big_pieces = work >= (1 << 18);
+    if pieces > 1 && pieces * work >= PAR_MIN && (pieces >= threads || !big_pieces) {
+        out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    } else {
+        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    }
+}
+
+/// Channel geometry of a (transposed) conv: batch, channels on both sides, groups.
+#[derive(Clone, Copy, Debug)]
+pub struct Channels {
+    pub n: usize,
+    /// Channels of the operand read through windows in [`conv_forward`] (the conv input).
+    pub c_in: usize,
+    pub c_out: usize,
+    pub groups: usize,
+}
+
+/// Cross-correlation `out [N, C_out, small] = x [N, C_in, big] ⋆ w [C_out, C_in/g, K]`, per
+/// (image, group): `out_g [C_out/g, O] = w_g [C_out/g, C_in/g·K] × im2col(x_g)`.
+pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &Geom) {
+    let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
+    let (bi, o) = (g.big_cells(), g.small_cells());
+    let rows = cig * g.taps();
+    for_chunks(out, cog * o, cog * rows * o, |ng, chunk| {
+        let (b, gi) = (ng / ch.groups, ng % ch.groups);
+        let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
+        let wg = &w[gi * cog * rows..][..cog * rows];
+        if g.pointwise() {
+            gemm_slice(cog, rows, o, wg, [rows, 1], xs, [o, 1], chunk, false);
+        } else {
+            let mut col = vec![T::ZERO; rows * o];
+            im2col(xs, cig, g, &mut col);
+            gemm_slice(cog, rows, o, wg, [rows, 1], &col, [o, 1], chunk, false);
+        }
+    });
+}
+
+/// Transposed conv `out [N, C_out, big]` of `x [N, C_in, small]` with
+/// `w [C_in, C_out/g, K]`: per (image, group) `col [C_out/g·K, O] = w_gᵀ × x_g`, then
+/// col2im scatter-adds every column entry to big cell `o·s − p + k·d` (dropped outside).
+/// `ch.c_in` / `ch.c_out` are the transposed conv's own input / output channels.
+pub fn conv_transpose<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &Geom) {
+    let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
+    let (bi, o) = (g.big_cells(), g.small_cells());
+    let rows = cog * g.taps();
+    for_chunks(out, cog * bi, rows * cig * o, |ng, chunk| {
+        let (b, gi) = (ng / ch.groups, ng % ch.groups);
+        let xs = &x[(b * ch.c_in + gi * cig) * o..][..cig * o];
+        let wg = &w[gi * cig * rows..][..cig * rows];
+        chunk.fill(T::ZERO);
+        if g.pointwise() {
+            gemm_slice(rows, cig, o, wg, [1, rows], xs, [o, 1], chunk, false);
+        } else {
+            let mut col = vec![T::ZERO; rows * o];
+            gemm_slice(rows, cig, o, wg, [1, rows], xs, [o, 1], &mut col, false);
+            col2im(&col, cog, g, chunk);
+        }
+    });
+}
+
+/// Weight gradient `dw [C_out, C_in/g, K] = Σ_n ȳ_{n,g} [C_out/g, O] × im2col(x_{n,g})ᵀ` of a
+/// conv with input `x [N, C_in, big]` and upstream `dy [N, C_out, small]`.
+pub fn conv_backward_weight<T: Real>(x: &[T], dy: &[T], dw: &mut [T], ch: Channels, g: &Geom) {
+    let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
+    let (bi, o) = (g.big_cells(), g.small_cells());
+    let rows = cig * g.taps();
+    for_chunks(dw, cog * rows, ch.n * cog * rows * o, |gi, chunk| {
+        if ch.n == 0 {
+            chunk.fill(T::ZERO);
+        }
+        let mut col = vec![T::ZERO; if g.pointwise() { 0 } else { rows * o }];
+        for b in 0..ch.n {
+            let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
+            let dys = &dy[(b * ch.c_out + gi * cog) * o..][..cog * o];
+            let cols = if g.pointwise() {
+                xs
+            } else {
+                im2col(xs, cig, g, &mut col);
+                &col
+            };
+            gemm_slice(cog, o, rows, dys, [o, 1], cols, [1, o], chunk, b > 0);
+        }
+    });
+}
+
+/// Runs `$body` with `$a`, `$b`, `$o` bound to f32 or f64 slices of two float operands and
+/// the output; f16/bf16 widen to f32 and the result narrows back.
+macro_rules! floats2 {
+    ($x:expr, $y:expr, $out:expr, |$a:ident, $b:ident, $o:ident| $body:expr) => {
+        match $out.dtype {
+            DType::F32 => {
+                let ($a, $b, $o) = ($x.get::<f32>(), $y.get::<f32>(), $out.get::<f32>());
+                $body;
+                Ok(())
+            }
+            DType::F64 => {
+                let ($a, $b, $o) = ($x.get::<f64>(), $y.get::<f64>(), $out.get::<f64>());
+                $body;
+                Ok(())
+            }
+            DType::F16 | DType::BF16 => {
+                let (wa, wb) = (widen($x), widen($y));
+                let mut wo = vec![0f32; $out.numel()];
+                {
+                    let ($a, $b, $o) = (&wa[..], &wb[..], &mut wo[..]);
+                    $body;
+                }
+                narrow(&wo, $out);
+                Ok(())
+            }
+            d => Err(format!("this kernel runs on float tensors, not {d}")),
+        }
+    };
+}
+
+/// The (small-side, weight, big-side) channel counts of a forward conv `x ⋆ w`.
+fn forward_channels(x: &[usize], w: &[usize], groups: usize) -> Channels {
+    Channels { n: x[0], c_in: x[1], c_out: w[0], groups }
+}
+
+/// `Conv` (2-D cross-correlation over NCHW, weights OIHW, `groups` incl. depthwise).
+pub fn conv(a: &Conv, x: In, w: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&x.dims[2..], &out.dims[2..], &a.kernel_size, &a.stride, &a.padding, &a.dilation);
+    let ch = forward_channels(x.dims, w.dims, a.groups);
+    floats2!(x, w, out, |x, w, o| conv_forward(x, w, o, ch, &g))
+}
+
+/// `Conv3d` over NCDHW; the kernel size is read from `w [C_out, C_in/g, kD, kH, kW]`.
+pub fn conv3d(a: &Conv3d, x: In, w: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&x.dims[2..], &out.dims[2..], &w.dims[2..], &a.stride, &a.padding, &a.dilation);
+    let ch = forward_channels(x.dims, w.dims, a.groups);
+    floats2!(x, w, out, |x, w, o| conv_forward(x, w, o, ch, &g))
+}
+
+/// Channels of a transposed conv of `x [N, C_in, ..]` into `out [N, C_out, ..]`.
+fn transposed_channels(x: &[usize], out: &[usize], groups: usize) -> Channels {
+    Channels { n: x[0], c_in: x[1], c_out: out[1], groups }
+}
+
+/// `ConvTranspose2d` (weights `[C_in, C_out/g, kH, kW]`); `output_padding` is already in the
+/// output extents.
+pub fn conv_transpose2d(a: &ConvTranspose2d, x: In, w: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&out.dims[2..], &x.dims[2..], &a.kernel_size, &a.stride, &a.padding, &a.dilation);
+    let ch = transposed_channels(x.dims, out.dims, a.groups);
+    floats2!(x, w, out, |x, w, o| conv_transpose(x, w, o, ch, &g))
+}
+
+/// `ConvTranspose3d` (weights `[C_in, C_out/g, kD, kH, kW]`).
+pub fn conv_transpose3d(a: &ConvTranspose3d, x: In, w: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&out.dims[2..], &x.dims[2..], &w.dims[2..], &a.stride, &a.padding, &a.dilation);
+    let ch = transposed_channels(x.dims, out.dims, a.groups);
+    floats2!(x, w, out, |x, w, o| conv_transpose(x, w, o, ch, &g))
+}
+
+/// The input gradient of a conv: the transposed conv of `dy [N, C_out, small]` with the
+/// forward weight `w [C_out, C_in/g, K]` (read as a transposed-conv weight), into the
+/// declared `dx [N, C_in, big]`.
+fn backward_input(k: &[usize], s: &[usize], p: &[usize], d: &[usize], groups: usize, dy: In, w: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&out.dims[2..], &dy.dims[2..], k, s, p, d);
+    let ch = transposed_channels(dy.dims, out.dims, groups);
+    floats2!(dy, w, out, |dy, w, o| conv_transpose(dy, w, o, ch, &g))
+}
+
+/// The weight gradient of a conv from `x [N, C_in, big]` and `dy [N, C_out, small]`.
+fn backward_weight(k: &[usize], s: &[usize], p: &[usize], d: &[usize], groups: usize, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&x.dims[2..], &dy.dims[2..], k, s, p, d);
+    let ch = Channels { n: x.dims[0], c_in: x.dims[1], c_out: dy.dims[1], groups };
+    floats2!(x, dy, out, |x, dy, o| conv_backward_weight(x, dy, o, ch, &g))
+}
+
+/// `Conv2dBackwardInput(ȳ, w)`.
+pub fn conv2d_backward_input(a: &Conv2dBackwardInput, dy: In, w: In, out: &mut Out) -> Result<(), String> {
+    backward_input(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, dy, w, out)
+}
+
+/// `Conv3dBackwardInput(ȳ, w)`.
+pub fn conv3d_backward_input(a: &Conv3dBackwardInput, dy: In, w: In, out: &mut Out) -> Result<(), String> {
+    backward_input(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, dy, w, out)
+}
+
+/// `Conv2dBackwardWeight(x, ȳ)`.
+pub fn conv2d_backward_weight(a: &Conv2dBackwardWeight, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    backward_weight(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, x, dy, out)
+}
+
+/// `Conv3dBackwardWeight(x, ȳ)`.
+pub fn conv3d_backward_weight(a: &Conv3dBackwardWeight, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    backward_weight(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, x, dy, out)
+}
+
+/// `Im2Col`: `x [N, C, H, W]` → rows `[N·H_o·W_o, C·kH·kW]`, row `(n, h_o, w_o)`, column
+/// `(c, i, j)`, zero outside `x`. Any dtype (a copy of element bits).
+pub fn im2col_op(a: &Im2Col, x: In, out: &mut Out) -> Result<(), String> {
+    let c = x.dims[1];
+    let (kh, kw) = (a.kernel_size[0], a.kernel_size[1]);
+    let mut g = Geom::new(&x.dims[2..], &[], &a.kernel_size, &a.stride, &a.padding, &a.dilation);
+    for ax in 1..3 {
+        g.small[ax] = (g.big[ax] + 2 * g.p[ax] - g.d[ax] * (g.k[ax] - 1) - 1) / g.s[ax] + 1;
+    }
+    let (bi, o, rows) = (g.big_cells(), g.small_cells(), c * kh * kw);
+    by_size!(x.dtype.size(), T => {
+        let (x, out) = (x.get::<T>(), out.get::<T>());
+        for_chunks(out, o * rows, o * rows, |b, chunk| {
+            let mut col = vec![T::default(); rows * o];
+            im2col(&x[b * c * bi..(b + 1) * c * bi], c, &g, &mut col);
+            for (q, line) in col.chunks_exact(o.max(1)).enumerate() {
+                for (r, &v) in line.iter().enumerate() {
+                    chunk[r * rows + q] = v;
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Direct-loop cross-correlation over 3 spatial axes, the definition the GEMM path must
+    /// reproduce.
+    fn conv_direct(x: &[f64], w: &[f64], ch: Channels, g: &Geom) -> Vec<f64> {
+        let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
+        let (bi, o, kk) = (g.big_cells(), g.small_cells(), g.taps());
+        let mut out = vec![0.0; ch.n * ch.c_out * o];
+        for b in 0..ch.n {
+            for oc in 0..ch.c_out {
+                let gi = oc / cog;
+                for od in 0..g.small[0] {
+                    for oh in 0..g.small[1] {
+                        for ow in 0..g.small[2] {
+                            let mut acc = 0.0;
+                            for ci in 0..cig {
+                                for t in 0..kk {
+                                    let (kd, kh, kw) = (t / (g.k[1] * g.k[2]), (t / g.k[2]) % g.k[1], t % g.k[2]);
+                                    if let (Some(i), Some(j), Some(l)) = (g.src(0, od, kd), g.src(1, oh, kh), g.src(2, ow, kw)) {
+                                        let xi = (b * ch.c_in + gi * cig + ci) * bi + (i * g.big[1] + j) * g.big[2] + l;
+                                        acc += x[xi] * w[(oc * cig + ci) * kk + t];
+                                    }
+                                }
+                            }
+                            out[(b * ch.c_out + oc) * o + (od * g.small[1] + oh) * g.small[2] + ow] = acc;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        (0..n).map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f64) / 500.0 - 1.0).collect()
+    }
+
+    #[test]
+    fn gemm_conv_matches_the_direct_loop() {
+        // (big, kernel, stride, padding, dilation, channels)
+        let cases: &[([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3], Channels)] = &[
+            ([1, 7, 9], [1, 3, 3], [1, 1, 2], [0, 1, 0], [1, 1, 2], Channels { n: 2, c_in: 4, c_out: 6, groups: 2 }),
+            ([1, 5, 5], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 1, c_in: 3, c_out: 2, groups: 1 }),
+            ([3, 4, 5], [2, 3, 2], [1, 2, 1], [1, 0, 1], [2, 1, 1], Channels { n: 1, c_in: 3, c_out: 3, groups: 3 }),
+        ];
+        for &(big, k, s, p, d, ch) in cases {
+            let small: Vec<usize> = (0..3).map(|a| (big[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a] + 1).collect();
+            let g = Geom::new(&big, &small, &k, &s, &p, &d);
+            let x = values(ch.n * ch.c_in * g.big_cells(), 1);
+            let w = values(ch.c_out * ch.c_in / ch.groups * g.taps(), 2);
+            let mut out = vec![0.0; ch.n * ch.c_out * g.small_cells()];
+            conv_forward(&x, &w, &mut out, ch, &g);
+            let want = conv_direct(&x, &w, ch, &g);
+            for (a, b) in out.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-12, "{a} vs {b} for {g:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn transpose_and_weight_gradient_are_adjoints_of_the_forward() {
+        // <conv(x, w), y> = <x, convT(y, w)> = <w, dW(x, y)>
+        let ch = Channels { n: 2, c_in: 4, c_out: 6, groups: 2 };
+        let (big, k, s, p, d) = ([1, 8, 7], [1, 3, 2], [1, 2, 3], [0, 1, 1], [1, 1, 2]);
+        let small: Vec<usize> = (0..3).map(|a| (big[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a] + 1).collect();
+        let g = Geom::new(&big, &small, &k, &s, &p, &d);
+        let x = values(ch.n * ch.c_in * g.big_cells(), 3);
+        let w = values(ch.c_out * 2 * g.taps(), 4);
+        let y = values(ch.n * ch.c_out * g.small_cells(), 5);
+        let mut fwd = vec![0.0; y.len()];
+        conv_forward(&x, &w, &mut fwd, ch, &g);
+        let mut dx = vec![0.0; x.len()];
+        conv_transpose(&y, &w, &mut dx, Channels { n: 2, c_in: 6, c_out: 4, groups: 2 }, &g);
+        let mut dw = vec![0.0; w.len()];
+        conv_backward_weight(&x, &y, &mut dw, ch, &g);
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+        let lhs = dot(&fwd, &y);
+        assert!((lhs - dot(&x, &dx)).abs() < 1e-9, "{lhs} vs {}", dot(&x, &dx));
+        assert!((lhs - dot(&w, &dw)).abs() < 1e-9, "{lhs} vs {}", dot(&w, &dw));
+    }
+}

@@ -1,0 +1,221 @@
+//! Window pooling (`Pool`, OPS.md §10) and the max-pool gradients (§22).
+
+use super::{for_chunks, Geom};
+use crate::kernels::matmul::{ints, narrow, store_ints, widen};
+use crate::kernels::real::Real;
+use crate::view::{In, Out};
+use rlx_ir::ops::conv::{MaxPool2dBackward, MaxPool3dBackward, Pool};
+use rlx_ir::ops::reduce::ReduceOp;
+use rlx_ir::DType;
+
+/// What pooling needs of an element type: the identities and the combining operations
+/// (floats propagate NaN through Max/Min; integers wrap).
+trait PoolElem: Copy + Send + Sync {
+    fn zero() -> Self;
+    fn one() -> Self;
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn max(self, o: Self) -> Self;
+    fn min(self, o: Self) -> Self;
+    /// `self / n` (only floats reach it: `Mean` pooling is float-only).
+    fn div_count(self, n: usize) -> Self;
+}
+
+impl<T: Real> PoolElem for T {
+    fn zero() -> Self {
+        T::ZERO
+    }
+    fn one() -> Self {
+        T::ONE
+    }
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    fn max(self, o: Self) -> Self {
+        self.max_nan(o)
+    }
+    fn min(self, o: Self) -> Self {
+        self.min_nan(o)
+    }
+    fn div_count(self, n: usize) -> Self {
+        self / T::of(n as f64)
+    }
+}
+
+/// Integers pool as i64 (exact for every integer dtype; sums and products wrap once stored).
+#[derive(Clone, Copy)]
+struct Int(i64);
+
+impl PoolElem for Int {
+    fn zero() -> Self {
+        Int(0)
+    }
+    fn one() -> Self {
+        Int(1)
+    }
+    fn add(self, o: Self) -> Self {
+        Int(self.0.wrapping_add(o.0))
+    }
+    fn mul(self, o: Self) -> Self {
+        Int(self.0.wrapping_mul(o.0))
+    }
+    fn max(self, o: Self) -> Self {
+        Int(self.0.max(o.0))
+    }
+    fn min(self, o: Self) -> Self {
+        Int(self.0.min(o.0))
+    }
+    fn div_count(self, n: usize) -> Self {
+        Int(self.0 / n as i64)
+    }
+}
+
+/// The value range of an integer dtype.
+fn int_range(d: DType) -> (i64, i64) {
+    match d {
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::U32 => (0, u32::MAX.into()),
+        _ => (i64::MIN, i64::MAX),
+    }
+}
+
+/// Calls `f(small_cell, big_cell)` for every window position and every in-bounds tap, in
+/// row-major order of positions and, within one, of taps.
+fn windows(g: &Geom, mut f: impl FnMut(usize, usize)) {
+    let [_, bh, bw] = g.big;
+    let mut o = 0;
+    for od in 0..g.small[0] {
+        for oh in 0..g.small[1] {
+            for ow in 0..g.small[2] {
+                for kd in 0..g.k[0] {
+                    let Some(id) = g.src(0, od, kd) else { continue };
+                    for kh in 0..g.k[1] {
+                        let Some(ih) = g.src(1, oh, kh) else { continue };
+                        for kw in 0..g.k[2] {
+                            if let Some(iw) = g.src(2, ow, kw) {
+                                f(o, (id * bh + ih) * bw + iw);
+                            }
+                        }
+                    }
+                }
+                o += 1;
+            }
+        }
+    }
+}
+
+/// Pools every `[big]` plane of `x` into the matching `[small]` plane of `out`; `range` is
+/// the (lowest, highest) value of the dtype, the identities of `Max` and `Min`.
+fn pool_planes<T: PoolElem>(kind: ReduceOp, x: &[T], out: &mut [T], g: &Geom, range: (T, T)) {
+    let (bi, o, taps) = (g.big_cells(), g.small_cells(), g.taps());
+    let init = match kind {
+        ReduceOp::Sum | ReduceOp::Mean => T::zero(),
+        ReduceOp::Prod => T::one(),
+        ReduceOp::Max => range.0,
+        ReduceOp::Min => range.1,
+    };
+    let step: fn(T, T) -> T = match kind {
+        ReduceOp::Sum | ReduceOp::Mean => T::add,
+        ReduceOp::Prod => T::mul,
+        ReduceOp::Max => T::max,
+        ReduceOp::Min => T::min,
+    };
+    for_chunks(out, o, o * taps, |plane, acc| {
+        let x = &x[plane * bi..(plane + 1) * bi];
+        acc.fill(init);
+        windows(g, |oi, xi| acc[oi] = step(acc[oi], x[xi]));
+        if kind == ReduceOp::Mean {
+            acc.iter_mut().for_each(|v| *v = v.div_count(taps));
+        }
+    });
+}
+
+/// The pooling geometry of `x [N, C, spatial…]` into `out`, dilation 1.
+fn pool_geom(kernel: &[usize], stride: &[usize], padding: &[usize], x: &[usize], out: &[usize]) -> Geom {
+    Geom::new(&x[2..], &out[2..], kernel, stride, padding, &[])
+}
+
+/// `Pool`: 2-D (NCHW) or 3-D (NCDHW, three `kernel_size` entries) window pooling in floor
+/// mode. `Max`/`Min`/`Prod` combine the in-bounds cells only (padding never wins; a window
+/// wholly in the padding gives the identity: −∞, +∞, 1, or the integer extremes), `Sum`
+/// adds them, `Mean` divides that sum by the full window area. Floats (halves via f32) and,
+/// except `Mean`, integers (exact i64, wrapping on store).
+pub fn pool(a: &Pool, x: In, out: &mut Out) -> Result<(), String> {
+    let g = pool_geom(&a.kernel_size, &a.stride, &a.padding, x.dims, out.dims);
+    match x.dtype {
+        DType::F32 => pool_planes(a.kind, x.get::<f32>(), out.get::<f32>(), &g, (f32::NEG_INFINITY, f32::INFINITY)),
+        DType::F64 => pool_planes(a.kind, x.get::<f64>(), out.get::<f64>(), &g, (f64::NEG_INFINITY, f64::INFINITY)),
+        DType::F16 | DType::BF16 => {
+            let mut o = vec![0f32; out.numel()];
+            pool_planes(a.kind, &widen(x), &mut o, &g, (f32::NEG_INFINITY, f32::INFINITY));
+            narrow(&o, out);
+        }
+        d if d.is_int() && a.kind != ReduceOp::Mean => {
+            let xs: Vec<Int> = ints(x).into_iter().map(Int).collect();
+            let mut o = vec![Int(0); out.numel()];
+            let (lo, hi) = int_range(d);
+            pool_planes(a.kind, &xs, &mut o, &g, (Int(lo), Int(hi)));
+            store_ints(&o.iter().map(|v| v.0).collect::<Vec<_>>(), out);
+        }
+        d => return Err(format!("{:?} pooling has no kernel for {d}", a.kind)),
+    }
+    Ok(())
+}
+
+/// Per plane: zeros, then each window's first maximum (row-major window order, padding
+/// excluded, a NaN beats any number) receives that window's upstream value.
+fn max_pool_backward_planes<T: Real>(x: &[T], dy: &[T], dx: &mut [T], g: &Geom) {
+    let (bi, o) = (g.big_cells(), g.small_cells());
+    for_chunks(dx, bi, o * g.taps(), |plane, dx| {
+        let (x, dy) = (&x[plane * bi..(plane + 1) * bi], &dy[plane * o..(plane + 1) * o]);
+        dx.fill(T::ZERO);
+        let mut best: Vec<Option<usize>> = vec![None; o];
+        windows(g, |oi, xi| {
+            let v = x[xi];
+            let better = match best[oi] {
+                None => true,
+                Some(b) => !x[b].is_nan() && (v > x[b] || v.is_nan()),
+            };
+            if better {
+                best[oi] = Some(xi);
+            }
+        });
+        for (oi, b) in best.into_iter().enumerate() {
+            if let Some(xi) = b {
+                dx[xi] = dx[xi] + dy[oi];
+            }
+        }
+    });
+}
+
+fn max_pool_backward_any(kernel: &[usize], stride: &[usize], padding: &[usize], x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    let g = pool_geom(kernel, stride, padding, x.dims, dy.dims);
+    match x.dtype {
+        DType::F32 => max_pool_backward_planes(x.get::<f32>(), dy.get::<f32>(), out.get::<f32>(), &g),
+        DType::F64 => max_pool_backward_planes(x.get::<f64>(), dy.get::<f64>(), out.get::<f64>(), &g),
+        DType::F16 | DType::BF16 => {
+            let mut o = vec![0f32; out.numel()];
+            max_pool_backward_planes(&widen(x), &widen(dy), &mut o, &g);
+            narrow(&o, out);
+        }
+        d => return Err(format!("max-pool backward runs on float tensors, not {d}")),
+    }
+    Ok(())
+}
+
+/// `MaxPool2dBackward(x [N,C,H,W], ȳ [N,C,H_o,W_o])` → `dx` shaped like `x`; overlapping
+/// windows accumulate.
+pub fn max_pool_backward(a: &MaxPool2dBackward, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    max_pool_backward_any(&a.kernel_size, &a.stride, &a.padding, x, dy, out)
+}
+
+/// `MaxPool3dBackward(x [N,C,D,H,W], ȳ)`, the 3-D analogue.
+pub fn max_pool3d_backward(a: &MaxPool3dBackward, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    max_pool_backward_any(&a.kernel_size, &a.stride, &a.padding, x, dy, out)
+}
