@@ -1,7 +1,4 @@
 //! The unrolled rnn decompositions compute what the native kernels compute.
-//!
-//! The unrolled form needs the shape kernels (Narrow, Reshape, Transpose, Concat); until they
-//! are claimed by this backend these tests are ignored.
 
 mod common;
 
@@ -35,7 +32,6 @@ fn check(g: &Graph, kind: OpKind, data: &[(String, Tensor)]) {
 }
 
 #[test]
-#[ignore = "needs the Narrow/Reshape/Transpose/Concat CPU kernels (shape family)"]
 fn lstm_two_layers_bidirectional_carried() {
     let (b, s, i, h) = (3, 5, 4, 6);
     // Layer 0 reads I = 4, layer 1 reads D·H = 12: flat w_ih of 2·24·4 + 2·24·12 elements.
@@ -58,7 +54,6 @@ fn lstm_two_layers_bidirectional_carried() {
 }
 
 #[test]
-#[ignore = "needs the Narrow/Reshape/Transpose/Concat CPU kernels (shape family)"]
 fn gru_two_layers_from_zero_and_bidirectional_carried() {
     let (b, s, h) = (2, 4, 5);
     let mut g = Graph::new();
@@ -81,7 +76,6 @@ fn gru_two_layers_from_zero_and_bidirectional_carried() {
 }
 
 #[test]
-#[ignore = "needs the Narrow/Reshape/Transpose/Concat CPU kernels (shape family)"]
 fn rnn_tanh_and_relu() {
     let (b, s, i, h) = (2, 7, 3, 4);
     let mut g = Graph::new();

@@ -1,7 +1,4 @@
 //! The unrolled ssm decompositions compute what the native kernels compute.
-//!
-//! The unrolled form needs the shape kernels (Narrow, Reshape, Concat); until they are claimed
-//! by this backend these tests are ignored.
 
 mod common;
 
@@ -56,7 +53,6 @@ impl Case {
 }
 
 #[test]
-#[ignore = "needs the Narrow/Reshape/Concat CPU kernels (shape family)"]
 fn selective_scan_matches_its_kernel() {
     use Range::*;
     let (b, s, hd, n) = (2, 6, 5, 3);
@@ -71,7 +67,6 @@ fn selective_scan_matches_its_kernel() {
 }
 
 #[test]
-#[ignore = "needs the Narrow/Reshape/Concat CPU kernels (shape family)"]
 fn mamba2_matches_its_kernel() {
     use Range::*;
     let (b, s, hh, p, n) = (2, 5, 3, 4, 6);
@@ -86,7 +81,6 @@ fn mamba2_matches_its_kernel() {
 }
 
 #[test]
-#[ignore = "needs the Narrow/Reshape/Concat CPU kernels (shape family)"]
 fn gated_delta_net_matches_its_kernel() {
     use Range::*;
     let (b, s, hv, n) = (2, 6, 2, 4);
