@@ -9,6 +9,7 @@ use rlx_ir::Op;
 pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
     let out = &mut outs[0];
     match op {
+        // elementwise
         Op::Activation(a) => elementwise::activation(a.kind, ins[0], out),
         Op::Cast(_) => elementwise::cast(ins[0], out),
         Op::StopGradient(_) => elementwise::copy(ins[0], out),

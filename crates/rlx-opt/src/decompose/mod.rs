@@ -2,35 +2,27 @@
 //!
 //! A backend that does not claim an op gets its decomposition from [`crate::legalize`].
 //! Each family module lists the kinds it can lower (`KINDS`) and lowers one node
-//! (`decompose`), building the replacement with the graph builder.
+//! (`decompose`), building the replacement with the graph builder; `build` holds the helpers
+//! they share.
 
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
-mod elementwise;
-// reduce
-mod reduce;
-// softmax
-mod softmax;
-
-// kshape: shape, index
-mod index;
-mod shape;
-// norm, attention
-mod attention;
-mod norm;
-// conv
-mod conv;
-// rnn, ssm
-mod rnn;
-mod ssm;
-
-// kdecomp: fused, matmul, quant, control, custom
 mod build;
+mod attention;
 mod control;
+mod conv;
 mod custom;
+mod elementwise;
 mod fused;
+mod index;
 mod matmul;
+mod norm;
 mod quant;
+mod reduce;
+mod rnn;
+mod shape;
+mod softmax;
+mod ssm;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -58,55 +50,53 @@ pub fn is_primitive(kind: OpKind) -> bool {
     PRIMITIVES.contains(&kind)
 }
 
+/// Lowers one node into a graph, given its rebuilt inputs; `None` when it has no rule.
+type Lower = fn(&Op, &mut Graph, &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>>;
+
+/// Every family's decomposable kinds and its lowering.
+const FAMILIES: &[(&[OpKind], Lower)] = &[
+    (attention::KINDS, attention::decompose),
+    (control::KINDS, control::decompose),
+    (conv::KINDS, conv::decompose),
+    (custom::KINDS, custom::decompose),
+    (elementwise::KINDS, elementwise::decompose),
+    (fused::KINDS, fused::decompose),
+    (index::KINDS, index::decompose),
+    (matmul::KINDS, matmul::decompose),
+    (norm::KINDS, norm::decompose),
+    (quant::KINDS, quant::decompose),
+    (reduce::KINDS, reduce::decompose),
+    (rnn::KINDS, rnn::decompose),
+    (shape::KINDS, shape::decompose),
+    (softmax::KINDS, softmax::decompose),
+    (ssm::KINDS, ssm::decompose),
+];
+
 /// Whether the common IR can lower `kind`.
 pub fn has_rule(kind: OpKind) -> bool {
-    elementwise::KINDS.contains(&kind)
-        // kshape
-        || shape::KINDS.contains(&kind)
-        || index::KINDS.contains(&kind)
-        // reduce
-        || reduce::KINDS.contains(&kind)
-        // softmax
-        || softmax::KINDS.contains(&kind)
-        // norm, attention
-        || norm::KINDS.contains(&kind)
-        || attention::KINDS.contains(&kind)
-        // conv
-        || conv::KINDS.contains(&kind)
-        // rnn, ssm
-        || rnn::KINDS.contains(&kind)
-        || ssm::KINDS.contains(&kind)
-        // kdecomp
-        || fused::KINDS.contains(&kind)
-        || matmul::KINDS.contains(&kind)
-        || quant::KINDS.contains(&kind)
-        || control::KINDS.contains(&kind)
-        || custom::KINDS.contains(&kind)
+    FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind))
 }
 
 /// Lowers one node whose (already rebuilt) inputs are `inputs` into `g`, returning the values
 /// that replace its outputs; `None` when `op` has no decomposition.
 pub fn decompose(op: &Op, g: &mut Graph, inputs: &[ValueId]) -> Option<Result<Vec<ValueId>, IrError>> {
-    elementwise::decompose(op, g, inputs)
-        // kshape
-        .or_else(|| shape::decompose(op, g, inputs))
-        .or_else(|| index::decompose(op, g, inputs))
-        // reduce
-        .or_else(|| reduce::decompose(op, g, inputs))
-        // softmax
-        .or_else(|| softmax::decompose(op, g, inputs))
-        // norm, attention
-        .or_else(|| norm::decompose(op, g, inputs))
-        .or_else(|| attention::decompose(op, g, inputs))
-        // conv
-        .or_else(|| conv::decompose(op, g, inputs))
-        // rnn, ssm
-        .or_else(|| rnn::decompose(op, g, inputs))
-        .or_else(|| ssm::decompose(op, g, inputs))
-        // kdecomp
-        .or_else(|| fused::decompose(op, g, inputs))
-        .or_else(|| matmul::decompose(op, g, inputs))
-        .or_else(|| quant::decompose(op, g, inputs))
-        .or_else(|| control::decompose(op, g, inputs))
-        .or_else(|| custom::decompose(op, g, inputs))
+    let kind = op.kind();
+    let (_, lower) = FAMILIES.iter().find(|(kinds, _)| kinds.contains(&kind))?;
+    lower(op, g, inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_has_one_family_and_primitives_have_none() {
+        for &kind in OpKind::ALL {
+            let owners = FAMILIES.iter().filter(|(kinds, _)| kinds.contains(&kind)).count();
+            assert!(owners <= 1, "{kind} is decomposed by {owners} families");
+            if is_primitive(kind) {
+                assert_eq!(owners, 0, "primitive {kind} has a decomposition");
+            }
+        }
+    }
 }
