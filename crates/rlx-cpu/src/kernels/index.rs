@@ -7,7 +7,7 @@
 //! (`GatherNd`, `GatherElements`, `ScatterNd`, `ScatterElements`) read `i < 0` as `i + dim`.
 //! Either way an index outside the extent is an error naming its value and position.
 
-use super::shape::by_size;
+use super::by_size;
 use super::PAR_MIN;
 use crate::view::{strides, In, Out};
 use bytemuck::Pod;

@@ -146,3 +146,29 @@ pub(crate) fn run_f32(
     drop(outs);
     res
 }
+
+/// Runs `$body` with `$T` an unsigned integer type as wide as one element of `$size` bytes.
+macro_rules! by_size {
+    ($size:expr, $T:ident => $body:expr) => {
+        match $size {
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            8 => {
+                type $T = u64;
+                $body
+            }
+            n => unreachable!("no dtype has {n}-byte elements"),
+        }
+    };
+}
+pub(crate) use by_size;

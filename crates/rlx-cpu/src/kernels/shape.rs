@@ -12,32 +12,8 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 use rlx_ir::ops::shape::PadMode;
 use rlx_ir::DType;
+use super::by_size;
 
-/// Runs `$body` with `$T` an unsigned integer type as wide as one element of `$size` bytes.
-macro_rules! by_size {
-    ($size:expr, $T:ident => $body:expr) => {
-        match $size {
-            1 => {
-                type $T = u8;
-                $body
-            }
-            2 => {
-                type $T = u16;
-                $body
-            }
-            4 => {
-                type $T = u32;
-                $body
-            }
-            8 => {
-                type $T = u64;
-                $body
-            }
-            n => unreachable!("no dtype has {n}-byte elements"),
-        }
-    };
-}
-pub(crate) use by_size;
 
 /// A strided read: the output element at row-major multi-index `i` over `dims` is source
 /// element `offset + Σ i[a]·strides[a]` (strides in elements; negative ones walk backwards,

@@ -7,30 +7,6 @@
 //! ([`gemm_slice`](crate::kernels::matmul::gemm_slice)); transposed convs multiply first and scatter-add the columns back
 //! (col2im). Float ops run on f32 and f64; f16/bf16 operands compute in f32.
 
-/// Runs `$body` with `$T` bound to an unsigned type (or `[u32; 2]`) of the element size
-/// `$size`: data-movement kernels copy elements of any dtype as opaque bits.
-macro_rules! by_size {
-    ($size:expr, $T:ident => $body:expr) => {
-        match $size {
-            1 => {
-                type $T = u8;
-                $body
-            }
-            2 => {
-                type $T = u16;
-                $body
-            }
-            4 => {
-                type $T = u32;
-                $body
-            }
-            _ => {
-                type $T = [u32; 2];
-                $body
-            }
-        }
-    };
-}
 
 mod pool;
 mod resize;
@@ -40,7 +16,7 @@ pub use resize::resize_nearest;
 
 use super::matmul::{gemm_slice, narrow, widen};
 use super::real::Real;
-use super::PAR_MIN;
+use super::{by_size, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
 use rlx_ir::ops::conv::{

@@ -1,6 +1,7 @@
 //! Nearest-neighbour resizes (`ResizeNearest2x`, `Interpolate3d`; OPS.md §10).
 
 use super::for_chunks;
+use crate::kernels::by_size;
 use crate::view::{In, Out};
 
 /// Source cell of every destination cell on one axis: `min(⌊dst·in/out⌋, in − 1)` in exact
