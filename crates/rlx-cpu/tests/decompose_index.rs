@@ -103,7 +103,6 @@ fn gather_backward_on_each_axis() {
 }
 
 #[test]
-#[ignore = "the None-reduction decomposition uses Reduce, whose CPU kernel lands with the reduce family"]
 fn scatter_none_keeps_the_last_duplicate() {
     let mut g = Graph::new();
     let d = g.input("d", TensorType::of(DType::F32, &[4, 3]));
