@@ -32,7 +32,7 @@ use rlx_ir::ops::random::{RngNormal, RngUniform, Sample};
 use rlx_ir::DType;
 
 /// The key `Sample` uses for `seed = 0`.
-pub const DEFAULT_SEED: u64 = 0x5EED_0F_71C5_5A3D;
+pub const DEFAULT_SEED: u64 = 0x005E_ED0F_71C5_5A3D;
 
 /// Philox-4×32 with 10 rounds: the block of four words for `ctr` under `key`.
 pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
