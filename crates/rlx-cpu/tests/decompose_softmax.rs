@@ -39,16 +39,21 @@ fn sparse_loss_and_gradient_match_their_kernels() {
     let mut g = Graph::new();
     let x = g.input("x", TensorType::of(DType::F32, &[2, 3, 7]));
     let labels = g.input("labels", TensorType::of(DType::I64, &[2, 3]));
+    let padded = g.input("padded", TensorType::of(DType::I32, &[2, 3]));
+    let wild = g.input("wild", TensorType::of(DType::I64, &[2, 3]));
     let dl = g.input("dl", TensorType::of(DType::F32, &[2, 3]));
     let l0 = g.softmax_cross_entropy_with_logits(x, labels, Some(-100)).unwrap();
-    let l1 = g.softmax_cross_entropy_with_logits(x, labels, Some(4)).unwrap();
-    let g0 = g.softmax_cross_entropy_backward(x, labels, dl, Some(-100)).unwrap();
-    let g1 = g.softmax_cross_entropy_backward(x, labels, dl, Some(4)).unwrap();
+    let l1 = g.softmax_cross_entropy_with_logits(x, padded, Some(4)).unwrap();
+    let g0 = g.softmax_cross_entropy_backward(x, wild, dl, Some(-100)).unwrap();
+    let g1 = g.softmax_cross_entropy_backward(x, padded, dl, Some(4)).unwrap();
     g.set_outputs(vec![l0, l1, g0, g1]).unwrap();
     let tx = Tensor::from_vec(randn(42, 3).iter().map(|v| v * 3.0).collect::<Vec<_>>(), &[2, 3, 7]).unwrap();
     let tl = Tensor::from_vec(vec![4i64, -100, 0, 6, 4, 2], &[2, 3]).unwrap();
+    // The forward rejects 7 (out of range); the gradient gives its row 0.
+    let tw = Tensor::from_vec(vec![4i64, -100, 0, 6, 7, 2], &[2, 3]).unwrap();
+    let tp = Tensor::from_vec(vec![4i32, 1, 0, 6, 4, 2], &[2, 3]).unwrap();
     let td = Tensor::from_vec(randn(6, 4), &[2, 3]).unwrap();
-    let inputs = [("x", &tx), ("labels", &tl), ("dl", &td)];
+    let inputs = [("x", &tx), ("labels", &tl), ("padded", &tp), ("wild", &tw), ("dl", &td)];
     let native = run(&g, &inputs);
     for kind in [OpKind::SoftmaxCrossEntropyWithLogits, OpKind::SoftmaxCrossEntropyBackward] {
         for (a, b) in run_decomposed(&g, kind, &inputs).iter().zip(&native) {

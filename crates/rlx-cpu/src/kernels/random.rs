@@ -32,7 +32,7 @@ use rlx_ir::ops::random::{RngNormal, RngUniform, Sample};
 use rlx_ir::DType;
 
 /// The key `Sample` uses for `seed = 0`.
-pub const DEFAULT_SEED: u64 = 0x5EED_0F_71C5_5A3D;
+pub const DEFAULT_SEED: u64 = 0x005E_ED0F_71C5_5A3D;
 
 /// Philox-4×32 with 10 rounds: the block of four words for `ctr` under `key`.
 pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
@@ -145,9 +145,8 @@ fn sample_row(a: &Sample, logits: impl Iterator<Item = f64>, u: f64) -> i64 {
     let mut z: Vec<f64> = logits.map(|v| v / t).collect();
     let v = z.len();
     if a.top_k > 0 && a.top_k < v {
-        let mut sorted = z.clone();
-        sorted.sort_unstable_by(|x, y| y.total_cmp(x));
-        let cut = sorted[a.top_k - 1];
+        let mut desc = z.clone();
+        let (_, &mut cut, _) = desc.select_nth_unstable_by(a.top_k - 1, |x, y| y.total_cmp(x));
         z.iter_mut().filter(|x| **x < cut).for_each(|x| *x = f64::NEG_INFINITY);
     }
     let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);

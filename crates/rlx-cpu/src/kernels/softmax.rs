@@ -37,10 +37,20 @@ macro_rules! by_real {
     };
 }
 
+/// The larger of two values, NaN if either is (one compare-and-select, which vectorizes).
+fn max_nan<A: Real>(a: A, b: A) -> A {
+    if b > a || b.is_nan() { b } else { a }
+}
+
+/// The maximum of a row, NaN if it holds one.
+fn row_max<A: Real>(row: impl Iterator<Item = A>) -> A {
+    row.fold(A::of(f64::NEG_INFINITY), max_nan)
+}
+
 /// `(max, ln Σ exp(x − max))` of a row; the max propagates NaN. A row whose max is not
 /// finite gives `(max, 0)`, so `logsumexp` is that max (−inf for an all −inf row).
 fn max_and_log_sum<A: Real>(row: impl Iterator<Item = A> + Clone) -> (A, A) {
-    let m = row.clone().fold(A::of(f64::NEG_INFINITY), A::max_nan);
+    let m = row_max(row.clone());
     if m.is_nan() || m.abs() == A::of(f64::INFINITY) {
         return (m, A::ZERO);
     }
@@ -68,7 +78,7 @@ where
     let n = l * inner;
     blocks(x.get::<E>(), out.get::<E>(), (n, n), |_, x, y| {
         if inner == 1 {
-            let (m, _) = max_and_log_sum(x.iter().map(|v| v.load()));
+            let m = row_max(x.iter().map(|v| v.load()));
             let e: Vec<E::Acc> = x.iter().map(|v| (v.load() - m).exp()).collect();
             let s = e.iter().fold(<E::Acc as Real>::ZERO, |s, &v| s + v);
             y.iter_mut().zip(&e).for_each(|(y, &e)| *y = E::store(e / s));
@@ -77,7 +87,7 @@ where
         // Lanes are columns of the [l, inner] block: walk it row by row, all columns at once.
         let mut m = vec![<E::Acc as Real>::of(f64::NEG_INFINITY); inner];
         for row in x.chunks(inner) {
-            m.iter_mut().zip(row).for_each(|(m, v)| *m = m.max_nan(v.load()));
+            m.iter_mut().zip(row).for_each(|(m, v)| *m = max_nan(*m, v.load()));
         }
         let e: Vec<E::Acc> = x.iter().enumerate().map(|(i, v)| (v.load() - m[i % inner]).exp()).collect();
         let mut s = vec![<E::Acc as Real>::ZERO; inner];
@@ -92,7 +102,10 @@ where
 /// dtypes, `out` like `x`. A row holding NaN, or only −inf, gives NaN.
 pub fn softmax(axis: i32, x: In, out: &mut Out) -> Result<(), String> {
     let axis = rlx_ir::norm_axis(axis as i64, x.dims.len())?;
-    by_real!(x.dtype, E => Ok(softmax_as::<E>(axis, x, out)))
+    by_real!(x.dtype, E => {
+        softmax_as::<E>(axis, x, out);
+        Ok(())
+    })
 }
 
 /// Class ids of an index tensor (any integer dtype, or F32 truncated toward zero).
@@ -160,7 +173,10 @@ where
 /// label is `ignore_index`. Any other label outside `[0, C)` is an error naming its row.
 pub fn softmax_cross_entropy_with_logits(ignore_index: Option<i64>, logits: In, labels: In, out: &mut Out) -> Result<(), String> {
     let labels = checked_labels(labels, classes(&logits), ignore_index)?;
-    by_real!(logits.dtype, E => Ok(sparse_loss::<E>(logits, &labels, out)))
+    by_real!(logits.dtype, E => {
+        sparse_loss::<E>(logits, &labels, out);
+        Ok(())
+    })
 }
 
 fn dense_loss<E: Elem>(logits: In, targets: In, out: &mut Out)
@@ -184,7 +200,10 @@ where
 /// `SoftmaxCrossEntropy`: `logits, targets [.., C]` of one float dtype; `out [..]` per-row
 /// `−Σ_c t·log_softmax(logits) = lse·Σ_c t − Σ_c t·logits` (targets need not sum to 1).
 pub fn softmax_cross_entropy(logits: In, targets: In, out: &mut Out) -> Result<(), String> {
-    by_real!(logits.dtype, E => Ok(dense_loss::<E>(logits, targets, out)))
+    by_real!(logits.dtype, E => {
+        dense_loss::<E>(logits, targets, out);
+        Ok(())
+    })
 }
 
 fn sparse_grad<E: Elem>(logits: In, labels: &[Option<usize>], d_loss: In, out: &mut Out)
@@ -217,7 +236,10 @@ pub fn softmax_cross_entropy_backward(ignore_index: Option<i64>, logits: In, lab
         .into_iter()
         .map(|l| (Some(l) != ignore_index && (0..c as i64).contains(&l)).then_some(l as usize))
         .collect();
-    by_real!(logits.dtype, E => Ok(sparse_grad::<E>(logits, &labels, d_loss, out)))
+    by_real!(logits.dtype, E => {
+        sparse_grad::<E>(logits, &labels, d_loss, out);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -122,7 +122,8 @@ fn axis_last(rank: usize, axis: usize) -> (Vec<usize>, Vec<usize>) {
 
 /// Cumsum (and, `reverse`, its gradient) as `x·T` along the last axis with the constant 0/1
 /// matrix `T[j, i] = [j ≤ i]` (`[j < i]` exclusive; `≥`/`>` reversed), moving `axis` last
-/// and back with `Transpose`; a vector becomes `[1, L]` for the product.
+/// and back with `Transpose`; a vector becomes `[1, L]` for the product. Unlike the kernel,
+/// a NaN or infinity poisons its whole lane (`0·NaN = NaN`); finite inputs agree.
 fn triangular_sum(g: &mut Graph, x: ValueId, axis: i32, exclusive: bool, reverse: bool) -> Result<ValueId, IrError> {
     let ty = g.ty(x).clone();
     let rank = ty.rank();

@@ -5,7 +5,6 @@
 //! arithmetic (the same result as accumulating wider and truncating), Bool as `bool` (Sum is
 //! OR, Prod is AND), C64 as `Complex32`.
 
-use super::super::real::Real;
 use half::{bf16, f16};
 use num_complex::Complex32;
 
@@ -65,8 +64,9 @@ macro_rules! float_acc {
         impl OrdAcc for $t {
             const LOWEST: Self = <$t>::NEG_INFINITY;
             const HIGHEST: Self = <$t>::INFINITY;
-            fn max(self, o: Self) -> Self { Real::max_nan(self, o) }
-            fn min(self, o: Self) -> Self { Real::min_nan(self, o) }
+            // One compare-and-select each (vectorizes): NaN in either operand wins.
+            fn max(self, o: Self) -> Self { if o > self || o.is_nan() { o } else { self } }
+            fn min(self, o: Self) -> Self { if o < self || o.is_nan() { o } else { self } }
             fn is_nan(self) -> bool { <$t>::is_nan(self) }
         }
         impl Elem for $t {

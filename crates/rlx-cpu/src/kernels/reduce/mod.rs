@@ -87,21 +87,21 @@ fn fold<E: Elem>(xs: &[E], id: E::Acc, f: &(impl Fn(E::Acc, E::Acc) -> E::Acc + 
 /// Rows per partial accumulator in the strided walks (bounds f32 rounding growth).
 const BLOCK: usize = 256;
 
-/// Columns `col0..col0 + out.len()` of row `o` of a `[outer, r, inner]` block reduction.
-fn block_cols<E: Elem>(
+/// The accumulators of columns `col0..col0 + n` of block `o` of a `[outer, r, inner]`
+/// reduction, over the reduced rows `rows`.
+fn block_acc<E: Elem>(
     x: &[E],
-    (o, r, inner, col0): (usize, usize, usize, usize),
-    out: &mut [E],
+    (o, r, inner): (usize, usize, usize),
+    rows: std::ops::Range<usize>,
+    (col0, n): (usize, usize),
     id: E::Acc,
     f: &(impl Fn(E::Acc, E::Acc) -> E::Acc + Sync),
-    fin: &(impl Fn(E::Acc) -> E + Sync),
-) {
-    let n = out.len();
+) -> Vec<E::Acc> {
     let mut total = vec![id; n];
     let mut part = vec![id; n];
-    for b in (0..r).step_by(BLOCK) {
+    for b in rows.clone().step_by(BLOCK) {
         part.iter_mut().for_each(|p| *p = id);
-        for j in b..(b + BLOCK).min(r) {
+        for j in b..(b + BLOCK).min(rows.end) {
             let row = &x[(o * r + j) * inner + col0..][..n];
             for (p, &v) in part.iter_mut().zip(row) {
                 *p = f(*p, v.load());
@@ -111,9 +111,7 @@ fn block_cols<E: Elem>(
             *t = f(*t, p);
         }
     }
-    for (y, &t) in out.iter_mut().zip(&total) {
-        *y = fin(t);
-    }
+    total
 }
 
 /// Reduces `x` of `dims` over `axes` into `out` with identity `id`, combiner `f` and final
@@ -151,16 +149,37 @@ fn run<E: Elem>(
             }
         }
         Walk::Block { outer, r, inner } => {
+            let whole = |o: usize, y: &mut [E]| {
+                let acc = block_acc(x, (o, r, inner), 0..r, (0, inner), id, &f);
+                y.iter_mut().zip(acc).for_each(|(y, a)| *y = fin(a));
+            };
+            let threads = rayon::current_num_threads().max(1);
             if !big {
-                for (o, y) in out.chunks_mut(inner).enumerate() {
-                    block_cols(x, (o, r, inner, 0), y, id, &f, &fin);
-                }
+                out.chunks_mut(inner).enumerate().for_each(|(o, y)| whole(o, y));
             } else if outer >= 16 {
-                out.par_chunks_mut(inner).enumerate().for_each(|(o, y)| block_cols(x, (o, r, inner, 0), y, id, &f, &fin));
-            } else {
-                let cols = (inner / rayon::current_num_threads().max(1)).clamp(64, inner);
+                out.par_chunks_mut(inner).enumerate().for_each(|(o, y)| whole(o, y));
+            } else if inner >= 1024 {
+                // Few wide blocks: split the columns.
+                let cols = (inner / threads).max(256);
                 for (o, y) in out.chunks_mut(inner).enumerate() {
-                    y.par_chunks_mut(cols).enumerate().for_each(|(c, y)| block_cols(x, (o, r, inner, c * cols), y, id, &f, &fin));
+                    y.par_chunks_mut(cols).enumerate().for_each(|(c, y)| {
+                        let acc = block_acc(x, (o, r, inner), 0..r, (c * cols, y.len()), id, &f);
+                        y.iter_mut().zip(acc).for_each(|(y, a)| *y = fin(a));
+                    });
+                }
+            } else {
+                // Few narrow blocks of many rows: split the reduced rows, combine the partials.
+                let rows = r.div_ceil(4 * threads).next_multiple_of(BLOCK);
+                for (o, y) in out.chunks_mut(inner).enumerate() {
+                    let parts: Vec<Vec<E::Acc>> = (0..r.div_ceil(rows))
+                        .into_par_iter()
+                        .map(|k| block_acc(x, (o, r, inner), k * rows..((k + 1) * rows).min(r), (0, inner), id, &f))
+                        .collect();
+                    let mut acc = vec![id; inner];
+                    for p in parts {
+                        acc.iter_mut().zip(p).for_each(|(a, p)| *a = f(*a, p));
+                    }
+                    y.iter_mut().zip(acc).for_each(|(y, a)| *y = fin(a));
                 }
             }
         }
@@ -304,6 +323,19 @@ mod tests {
         assert_eq!(cols.len(), 1024);
         assert!((cols[3] as f64 - (0..1024).map(|i| x[i * 1024 + 3] as f64).sum::<f64>()).abs() < 1e-3);
         assert_eq!(rows[5], x[5 * 1024..6 * 1024].iter().copied().fold(f32::MIN, f32::max));
+        // Every threaded strided path against the definition: many blocks, few wide blocks,
+        // few narrow blocks of many rows.
+        for (dims, axes) in [([64, 128, 128], [1]), ([2, 64, 8192], [1]), ([3, 40000, 3], [1]), ([1, 99999, 7], [1])] {
+            let n: usize = dims.iter().product();
+            let xs: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 / 1013.0 - 0.5).collect();
+            for op in [ReduceOp::Sum, ReduceOp::Max] {
+                let got = reduce_f32(op, &xs, &dims, &axes);
+                let want = naive(op, &xs, &dims, &axes);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{op:?} {dims:?}: {g} vs {w}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -84,7 +84,8 @@ pub fn cum_max(axis: i32, exclusive: bool, x: In, out: &mut Out) -> Result<(), S
 }
 
 /// The index along `l` of each lane's extreme in a `[l, inner]` block: the first element
-/// that `better` than all before it, where NaN beats everything and is never beaten.
+/// `better` than all before it, where NaN beats everything and is never beaten (`better`
+/// only sees numbers).
 fn arg_block<E: Elem>(x: &[E], y: &mut [i64], (l, inner): (usize, usize), better: impl Fn(E::Acc, E::Acc) -> bool)
 where
     E::Acc: OrdAcc,
@@ -117,12 +118,12 @@ where
 /// `ArgMax{axis}`: I64 index of the maximum along `axis` (`keep_dim` changes no byte); ties
 /// give the lowest index, and the first NaN wins (`np.argmax`). Ordered dtypes.
 pub fn arg_max(axis: usize, x: In, out: &mut Out) -> Result<(), String> {
-    by_dtype!(x.dtype, E => arg::<E>(axis, x, out, |a, b| a > b), C64 => Err("ArgMax needs ordered values, not c64".into()))
+    by_dtype!(x.dtype, E => arg::<E>(axis, x, out, |a, b| OrdAcc::total_cmp(a, b).is_gt()), C64 => Err("ArgMax needs ordered values, not c64".into()))
 }
 
 /// `ArgMin{axis}`: as [`arg_max`] for the minimum.
 pub fn arg_min(axis: usize, x: In, out: &mut Out) -> Result<(), String> {
-    by_dtype!(x.dtype, E => arg::<E>(axis, x, out, |a, b| a < b), C64 => Err("ArgMin needs ordered values, not c64".into()))
+    by_dtype!(x.dtype, E => arg::<E>(axis, x, out, |a, b| OrdAcc::total_cmp(a, b).is_lt()), C64 => Err("ArgMin needs ordered values, not c64".into()))
 }
 
 #[cfg(test)]
