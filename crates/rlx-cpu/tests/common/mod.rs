@@ -28,11 +28,12 @@ pub fn run_decomposed(g: &Graph, kind: OpKind, inputs: &[(&str, &Tensor)]) -> Ve
     run(&legal, inputs)
 }
 
-/// Asserts `|a − b| ≤ atol + rtol·|b|` elementwise (shapes and dtypes equal).
+/// Asserts `a == b` or `|a − b| ≤ atol + rtol·|b|` elementwise, so equal infinities pass
+/// (as do NaN pairs); shapes and dtypes must be equal.
 pub fn assert_close(a: &Tensor, b: &Tensor, rtol: f64, atol: f64) {
     assert_eq!(a.ty(), b.ty());
     for (i, (x, y)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
-        assert!((x - y).abs() <= atol + rtol * y.abs() || (x.is_nan() && y.is_nan()), "element {i}: {x} vs {y}");
+        assert!(*x == y || (x - y).abs() <= atol + rtol * y.abs() || (x.is_nan() && y.is_nan()), "element {i}: {x} vs {y}");
     }
 }
 
