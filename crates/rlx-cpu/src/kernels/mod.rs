@@ -6,6 +6,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod matmul;
 pub mod index;
+pub mod linalg;
 pub mod shape;
 pub mod norm;
 pub mod real;
