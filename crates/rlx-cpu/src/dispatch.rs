@@ -19,6 +19,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Fma(_) => elementwise::fma(ins[0], ins[1], ins[2], out),
         Op::ReluBackward(_) => elementwise::relu_backward(ins[0], ins[1], out),
         Op::ActivationBackward(a) => elementwise::activation_backward(a.kind, ins[0], ins[1], out),
+        Op::SplineActivation(a) => elementwise::spline((a.num_basis, a.grid_min, a.grid_max), ins[0], ins[1], out),
+        Op::SplineActivationBackwardX(a) => {
+            elementwise::spline_backward_x((a.num_basis, a.grid_min, a.grid_max), ins[0], ins[1], ins[2], out)
+        }
+        Op::SplineActivationBackwardCoeff(a) => {
+            elementwise::spline_backward_coeff((a.num_basis, a.grid_min, a.grid_max), ins[0], ins[1], out)
+        }
         // matmul
         Op::MatMul(_) => matmul::matmul(ins[0], ins[1], out),
         Op::DotGeneral(d) => matmul::dot_general(d, ins[0], ins[1], out),
@@ -108,6 +115,8 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::SelectiveScan(a) => ssm::selective_scan(a, ins, out),
         Op::Mamba2(a) => ssm::mamba2(a, ins, out),
         Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
+        // custom
+        Op::Custom(c) => crate::custom::run(c, ins, outs),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

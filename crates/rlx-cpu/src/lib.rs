@@ -4,6 +4,7 @@
 //! [`exec::CpuExecutable`] that plans one arena per concrete input shape and runs a flat list
 //! of kernel calls ([`dispatch::run`] → `kernels::<family>`).
 
+mod custom;
 pub mod dispatch;
 pub mod exec;
 mod fold;
@@ -11,10 +12,11 @@ pub mod kernels;
 mod supported;
 pub mod view;
 
+pub use custom::{custom_kernel, register_custom_kernel, CustomKernel};
 pub use supported::SUPPORTED_OPS;
 
 use rlx_ir::{Graph, OpKind};
-use rlx_runtime::{Backend, Device, Executable, Result};
+use rlx_runtime::{Backend, Device, Executable, Result, RuntimeError};
 
 /// The CPU backend. Creating one also lends its kernels to rlx-opt's constant folding.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +49,7 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
+        custom::check_registered(graph).map_err(|msg| RuntimeError::Backend { backend: "cpu".into(), msg })?;
         Ok(Box::new(exec::CpuExecutable::new(graph.clone())))
     }
 }

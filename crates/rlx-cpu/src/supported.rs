@@ -19,6 +19,9 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Fma,
         ReluBackward,
         ActivationBackward,
+        SplineActivation,
+        SplineActivationBackwardX,
+        SplineActivationBackwardCoeff,
         // matmul
         MatMul,
         DotGeneral,
@@ -106,5 +109,7 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // custom
+        Custom,
     ]
 };

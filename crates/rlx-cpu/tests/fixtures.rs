@@ -92,8 +92,26 @@ fn bytemuck_f32(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
+/// The user kernel `fixtures/cpu/custom/` calls: `attrs` holds an f32 scale `s`; inputs
+/// `x, v [.., n]` f32 → `s·softplus(x)` and the row dot products `Σ x·v` as `[.., 1]`.
+fn register_fixture_kernels() {
+    rlx_cpu::register_custom_kernel("fixture.softplus_and_dot", |attrs, ins, outs| {
+        let scale = f32::from_le_bytes(attrs.try_into().map_err(|_| format!("attrs hold {} bytes, want 4", attrs.len()))?);
+        let (x, v) = (ins[0].get::<f32>(), ins[1].get::<f32>());
+        let n = *ins[0].dims.last().ok_or("x needs an axis")?;
+        for (y, &a) in outs[0].get::<f32>().iter_mut().zip(x) {
+            *y = a.exp().ln_1p() * scale;
+        }
+        for (d, (xr, vr)) in outs[1].get::<f32>().iter_mut().zip(x.chunks(n).zip(v.chunks(n))) {
+            *d = xr.iter().zip(vr).map(|(a, b)| a * b).sum();
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn cpu_matches_reference_fixtures_and_covers_every_claimed_kind() {
+    register_fixture_kernels();
     let session = Session::new(Arc::new(CpuBackend::new()));
     let files = fixture_files();
     assert!(!files.is_empty(), "no fixtures found");

@@ -27,6 +27,20 @@ pub fn scalar(g: &mut Graph, dtype: DType, v: f64) -> Result<ValueId, IrError> {
     g.constant(TensorType::of(dtype, &[]), bytes)
 }
 
+/// A rank-1 float constant of `dtype` holding `values` (F16/BF16 through F32 and a `Cast`).
+pub fn vector(g: &mut Graph, dtype: DType, values: &[f64]) -> Result<ValueId, IrError> {
+    let bytes: Vec<u8> = match dtype {
+        DType::F64 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F32 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+        DType::F16 | DType::BF16 => {
+            let c = vector(g, DType::F32, values)?;
+            return g.cast(c, dtype);
+        }
+        d => return Err(IrError::Invalid(format!("a float vector constant cannot be {d}"))),
+    };
+    g.constant(TensorType::of(dtype, &[values.len()]), bytes)
+}
+
 /// `[1, .., c, .., 1]` of `rank` with `c` at `axis`: the shape that broadcasts one value per
 /// channel along `axis` (all ones without an axis).
 pub fn channel_shape(rank: usize, axis: Option<usize>, c: Dim) -> Shape {

@@ -2,16 +2,14 @@
 //! fused op unfused into the ops it stands for. Norms, attention and RoPE stay whole
 //! (`LayerNorm`, `RmsNorm`, their input gradients, `Attention`, `Rope`); their own families
 //! lower them further when a backend does not claim them.
-//!
-//! Not here: `FusedConvBiasAct`, whose decomposition needs `Conv`, which rlx-ir does not
-//! specify yet in this tree.
 
 use super::build::{scalar, unbroadcast};
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeStyle};
+use rlx_ir::ops::conv::Conv;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx_ir::ops::fused::{
     AdaLayerNorm, AdaLayerNormBackward, AdaNormKind, BatchElementwiseRegion, ChainStep, ElementwiseRegion,
-    FusedAttentionBlock, FusedResidualLN, FusedResidualRmsNorm, FusedSwiGLU, FusedTransformerLayer, Operand,
+    FusedAttentionBlock, FusedConvBiasAct, FusedResidualLN, FusedResidualRmsNorm, FusedSwiGLU, FusedTransformerLayer, Operand,
     RegionPrologue, TransformRegion,
 };
 use rlx_ir::ops::norm::{LayerNormBackwardInput, RmsNormBackwardInput};
@@ -23,6 +21,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::BatchElementwiseRegion,
     OpKind::FusedSwiGLU,
     OpKind::FusedMatMulBiasAct,
+    OpKind::FusedConvBiasAct,
     OpKind::FusedResidualLN,
     OpKind::FusedResidualRmsNorm,
     OpKind::FusedAttentionBlock,
@@ -41,6 +40,7 @@ pub fn decompose(op: &Op, g: &mut Graph, x: &[ValueId]) -> Option<Result<Vec<Val
         Op::BatchElementwiseRegion(r) => one(batch_region(g, r, x)),
         Op::FusedSwiGLU(a) => one(swiglu(g, a, x[0])),
         Op::FusedMatMulBiasAct(a) => one(matmul_bias_act(g, x[0], x[1], Some(x[2]), a.activation)),
+        Op::FusedConvBiasAct(a) => one(conv_bias_act(g, a, x)),
         Op::FusedResidualLN(a) => one(residual_ln(g, a, x)),
         Op::FusedResidualRmsNorm(a) => one(residual_rms(g, a, x)),
         Op::FusedAttentionBlock(a) => one(attention_block(g, a, x)),
@@ -154,6 +154,29 @@ fn matmul_bias_act(
         y = g.binary(BinaryOp::Add, y, b)?;
     }
     match act {
+        Some(kind) => g.activation(kind, y),
+        None => Ok(y),
+    }
+}
+
+/// `act(conv(x, w) + bias[c] [+ residual])`: `Conv`, the bias reshaped to `[1, C, 1, 1]` and
+/// broadcast by `Add`, the optional residual `Add` and `Activation`.
+fn conv_bias_act(g: &mut Graph, a: &FusedConvBiasAct, x: &[ValueId]) -> Result<ValueId, IrError> {
+    let conv = Conv {
+        kernel_size: a.kernel_size.clone(),
+        stride: a.stride.clone(),
+        padding: a.padding.clone(),
+        dilation: a.dilation.clone(),
+        groups: a.groups,
+    };
+    let y = g.conv(x[0], x[1], conv)?;
+    let c = g.ty(x[2]).shape.dims()[0].clone();
+    let bias = g.reshape_to(x[2], &Shape(vec![Dim::Static(1), c, Dim::Static(1), Dim::Static(1)]))?;
+    let mut y = g.binary(BinaryOp::Add, y, bias)?;
+    if a.has_residual {
+        y = g.binary(BinaryOp::Add, y, x[3])?;
+    }
+    match a.activation {
         Some(kind) => g.activation(kind, y),
         None => Ok(y),
     }
@@ -472,8 +495,7 @@ mod tests {
     #[test]
     fn every_fused_kind_of_the_ir_sample_lowers() {
         let g = rlx_ir::text::parse(include_str!("../../../rlx-ir/tests/data/fused.rlx")).unwrap();
-        // FusedConvBiasAct needs Conv, which rlx-ir does not specify yet.
-        let out = lower(&g, &[OpKind::FusedConvBiasAct]);
+        let out = lower(&g, &[]);
         for kind in super::KINDS {
             assert_eq!(count(&out, *kind), 0, "{kind} left in\n{out}");
         }

@@ -2,8 +2,10 @@
 //! and the pointwise backward ops (OPS.md §3, §22).
 
 mod cast;
+mod spline;
 
 pub use cast::cast;
+pub use spline::{spline, spline_backward_coeff, spline_backward_x};
 
 use super::real::Real;
 use super::{by_float, par_map, par_map2};
