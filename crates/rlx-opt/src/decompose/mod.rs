@@ -7,7 +7,7 @@
 
 use rlx_ir::{Graph, IrError, Op, OpKind, ValueId};
 
-mod build;
+pub mod build;
 mod attention;
 mod control;
 mod conv;

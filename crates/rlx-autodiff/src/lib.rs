@@ -1,0 +1,32 @@
+//! Automatic differentiation over rlx graphs.
+//!
+//! [`grad`] turns a graph and a loss value into a graph of ordinary ops that also computes
+//! the gradients: the seed's `*Backward` kinds where OPS.md names them, primitives elsewhere.
+//! The result goes through the same optimizer, fusion and backends as any forward graph.
+//! Ops without a VJP rule of their own are first lowered through their common-IR
+//! decomposition (fused ops, regions, control flow), so a rule exists once per concept.
+
+mod reverse;
+pub mod rules;
+
+pub use reverse::grad;
+
+use rlx_ir::{IrError, OpKind};
+
+/// Errors of differentiation.
+#[derive(Debug, thiserror::Error)]
+pub enum AdError {
+    #[error("cannot differentiate {}: no VJP rule and no decomposition into ops that have one",
+        .0.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "))]
+    NoRule(Vec<OpKind>),
+    #[error("no input or parameter named `{name}` to differentiate with respect to; the graph has: {known}")]
+    UnknownName { name: String, known: String },
+    #[error("`{name}` is {dtype}: only floating-point values have gradients")]
+    NotFloat { name: String, dtype: rlx_ir::DType },
+    #[error("{op}: {msg}")]
+    Rule { op: &'static str, msg: String },
+    #[error(transparent)]
+    Ir(#[from] IrError),
+}
+
+pub type Result<T, E = AdError> = std::result::Result<T, E>;

@@ -1,0 +1,81 @@
+//! VJP rules, one module per op family (the same families as rlx-ir's ops).
+//!
+//! A rule receives the forward node's operands, its outputs and their cotangents, and returns
+//! one cotangent per operand (`None`: no gradient flows there). Kinds listed in
+//! [`NON_DIFFERENTIABLE`] pass no gradient by definition; kinds with neither are lowered
+//! through their decomposition before the sweep.
+
+mod elementwise;
+mod matmul;
+mod reduce;
+mod shape;
+mod softmax;
+
+use crate::{reverse, Result};
+use rlx_ir::{Graph, Op, OpKind, ValueId};
+
+/// What a rule sees of one forward node while the backward graph is built into `g`.
+pub struct Vjp<'a> {
+    pub g: &'a mut Graph,
+    pub inputs: &'a [ValueId],
+    pub outputs: &'a [ValueId],
+    /// Cotangent of each output; `None` where nothing downstream used it.
+    pub cts: &'a [Option<ValueId>],
+    /// Whether each operand needs a cotangent (rules may skip building the others).
+    pub wanted: &'a [bool],
+}
+
+impl Vjp<'_> {
+    /// The cotangent of output `i`, zeros where none arrived.
+    pub fn ct(&mut self, i: usize) -> Result<ValueId> {
+        match self.cts[i] {
+            Some(v) => Ok(v),
+            None => reverse::zeros_like(self.g, self.outputs[i]),
+        }
+    }
+
+    /// Whether operand `i` needs a cotangent.
+    pub fn wants(&self, i: usize) -> bool {
+        self.wanted.get(i).copied().unwrap_or(false)
+    }
+}
+
+/// A family's rule: `None` when the op is not one of its kinds.
+type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
+
+/// Every family's differentiable kinds and its rule.
+const FAMILIES: &[(&[OpKind], Rule)] = &[
+    (elementwise::KINDS, elementwise::vjp),
+    (matmul::KINDS, matmul::vjp),
+    (reduce::KINDS, reduce::vjp),
+    (shape::KINDS, shape::vjp),
+    (softmax::KINDS, softmax::vjp),
+];
+
+/// Kinds through which no gradient flows, each with the reason (OPS.md §23.1 "none").
+pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
+    (OpKind::Input, "a source"),
+    (OpKind::Param, "a source"),
+    (OpKind::Constant, "a source"),
+    (OpKind::Compare, "a Bool result"),
+    (OpKind::ArgMax, "an index result"),
+    (OpKind::ArgMin, "an index result"),
+    (OpKind::ArgSort, "an index result"),
+    (OpKind::StopGradient, "blocks the gradient by definition"),
+    (OpKind::RngNormal, "random draws do not depend on operands"),
+    (OpKind::RngUniform, "random draws do not depend on operands"),
+    (OpKind::Sample, "a discrete draw"),
+];
+
+/// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.
+pub fn has_rule(kind: OpKind) -> bool {
+    NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == kind) || FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind))
+}
+
+/// The cotangents of `v.inputs` (`None` where the op has no rule).
+pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
+    if NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == op.kind()) {
+        return Some(Ok(vec![None; v.inputs.len()]));
+    }
+    FAMILIES.iter().find_map(|(_, rule)| rule(op, v))
+}

@@ -1,0 +1,86 @@
+//! VJPs of reductions and scans (OPS.md §8).
+
+use super::Vjp;
+use crate::Result;
+use rlx_ir::ops::elementwise::{BinaryOp, CmpOp};
+use rlx_ir::ops::reduce::{CumsumBackward, Reduce, ReduceOp};
+use rlx_ir::{Dim, Graph, Op, OpKind, Shape, ValueId};
+use rlx_opt::decompose::build::scalar;
+
+pub const KINDS: &[OpKind] = &[OpKind::Reduce, OpKind::Cumsum, OpKind::CumsumBackward];
+
+pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
+    Some(match op {
+        Op::Reduce(r) => reduce(r, v),
+        Op::Cumsum(c) => {
+            let dy = match v.ct(0) {
+                Ok(d) => d,
+                Err(e) => return Some(Err(e)),
+            };
+            v.g.add1(CumsumBackward { axis: c.axis, exclusive: c.exclusive }, &[dy]).map(|d| vec![Some(d)]).map_err(Into::into)
+        }
+        Op::CumsumBackward(c) => cumsum_backward(c, v),
+        _ => return None,
+    })
+}
+
+/// `x` of the reduced value broadcast back over the reduced axes of `like`.
+fn spread(g: &mut Graph, r: &Reduce, y: ValueId, like: ValueId) -> Result<ValueId> {
+    let shape = g.ty(like).shape.clone();
+    let kept = Shape(
+        shape.dims().iter().enumerate().map(|(i, d)| if r.axes.contains(&i) { Dim::Static(1) } else { d.clone() }).collect(),
+    );
+    let y = if r.keep_dim { y } else { g.reshape_to(y, &kept)? };
+    Ok(g.expand_to(y, &shape)?)
+}
+
+/// Sum: `ȳ` spread; Mean: divided by the count; Max/Min: shared evenly among the elements
+/// equal to the extremum (as JAX); Prod: `ȳ·y/x` (undefined where `x = 0`).
+fn reduce(r: &Reduce, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (x, y, dy) = (v.inputs[0], v.outputs[0], v.ct(0)?);
+    let g = &mut *v.g;
+    let dtype = g.ty(x).dtype;
+    let dx = match r.op {
+        ReduceOp::Sum => spread(g, r, dy, x)?,
+        ReduceOp::Mean => {
+            let n = count(g, r, x)?;
+            let s = g.binary(BinaryOp::Div, dy, n)?;
+            spread(g, r, s, x)?
+        }
+        ReduceOp::Max | ReduceOp::Min => {
+            let ys = spread(g, r, y, x)?;
+            let hit = g.compare(CmpOp::Eq, x, ys)?;
+            let mask = g.cast(hit, dtype)?;
+            let ties = g.reduce(ReduceOp::Sum, mask, &r.axes, r.keep_dim)?;
+            let share = g.binary(BinaryOp::Div, dy, ties)?;
+            let share = spread(g, r, share, x)?;
+            g.binary(BinaryOp::Mul, share, mask)?
+        }
+        ReduceOp::Prod => {
+            let t = g.binary(BinaryOp::Mul, dy, y)?;
+            let t = spread(g, r, t, x)?;
+            g.binary(BinaryOp::Div, t, x)?
+        }
+    };
+    Ok(vec![Some(dx)])
+}
+
+/// The number of elements each output of `r` reduces, as a scalar of `x`'s dtype.
+fn count(g: &mut Graph, r: &Reduce, x: ValueId) -> Result<ValueId> {
+    let ty = g.ty(x).clone();
+    let mut n = 1usize;
+    for &a in &r.axes {
+        n *= ty.shape.dim(a).as_static().ok_or_else(|| crate::AdError::Rule {
+            op: "Reduce",
+            msg: format!("Mean over the symbolic axis {a} of {ty} needs a concrete size"),
+        })?;
+    }
+    Ok(scalar(g, ty.dtype, n as f64)?)
+}
+
+/// `CumsumBackward` is linear: its VJP is the forward running sum of the cotangent.
+fn cumsum_backward(c: &CumsumBackward, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let ct = v.ct(0)?;
+    let d = v.g.add1(rlx_ir::ops::reduce::Cumsum { axis: c.axis, exclusive: c.exclusive }, &[ct])?;
+    Ok(vec![Some(d)])
+}

@@ -1,0 +1,169 @@
+//! Finite-difference gradient checks: a case is a small graph in text form; every float
+//! output is dotted with fixed random weights into a scalar loss, `grad` differentiates it
+//! with respect to every float input, and central differences of the loss check the result.
+
+use rlx_autodiff::grad;
+use rlx_cpu::CpuBackend;
+use rlx_ir::ops::elementwise::BinaryOp;
+use rlx_ir::ops::reduce::ReduceOp;
+use rlx_ir::{DType, Graph, TensorType, ValueId};
+use rlx_runtime::{Session, Tensor};
+use std::sync::Arc;
+
+/// How a case's input is drawn.
+#[derive(Clone, Copy, Debug)]
+pub enum Domain {
+    /// Standard normal.
+    Normal,
+    /// Uniform in `[0.5, 2)`: for logs, roots, divisors.
+    Positive,
+    /// Uniform integers in `[0, n)`: labels and indices.
+    Below(u32),
+}
+
+/// One gradient check.
+pub struct Case {
+    pub name: &'static str,
+    /// The graph (rlx text format); all its outputs enter the loss.
+    pub src: &'static str,
+    /// Inputs drawn from something other than [`Domain::Normal`].
+    pub domains: &'static [(&'static str, Domain)],
+    /// Relative tolerance of the gradient (1e-6 for f64 cases; f32 ones need ~1e-2).
+    pub tol: f64,
+}
+
+/// A deterministic stream of pseudo-random numbers (SplitMix64).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform().max(1e-300), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
+    let dims: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().expect("gradient cases use static shapes")).collect();
+    let n: usize = dims.iter().product();
+    let values: Vec<f64> = (0..n)
+        .map(|_| match domain {
+            Domain::Normal => rng.normal(),
+            Domain::Positive => 0.5 + 1.5 * rng.uniform(),
+            Domain::Below(k) => (rng.uniform() * f64::from(k)).floor(),
+        })
+        .collect();
+    match ty.dtype {
+        DType::F64 => Tensor::from_vec(values, &dims).unwrap(),
+        DType::F32 => Tensor::from_vec(values.iter().map(|&v| v as f32).collect(), &dims).unwrap(),
+        DType::I64 => Tensor::from_vec(values.iter().map(|&v| v as i64).collect(), &dims).unwrap(),
+        DType::I32 => Tensor::from_vec(values.iter().map(|&v| v as i32).collect(), &dims).unwrap(),
+        d => panic!("gradient cases draw f32, f64, i32 or i64 inputs, not {d}"),
+    }
+}
+
+/// The case's graph with one extra weight input per float output and a scalar loss
+/// `Σ_i Σ w_i·y_i` as its only output; returns the graph and the weight input names.
+fn with_loss(g: &Graph) -> (Graph, Vec<String>) {
+    let mut g = g.clone();
+    let mut loss: Option<ValueId> = None;
+    let mut weights = Vec::new();
+    for (i, &y) in g.outputs().to_vec().iter().enumerate() {
+        let ty = g.ty(y).clone();
+        if !ty.dtype.is_float() {
+            continue;
+        }
+        let name = format!("__w{i}");
+        let w = g.input(&name, ty.clone());
+        weights.push(name);
+        let p = g.binary(BinaryOp::Mul, y, w).unwrap();
+        let axes: Vec<usize> = (0..ty.rank()).collect();
+        let s = g.reduce(ReduceOp::Sum, p, &axes, false).unwrap();
+        loss = Some(match loss {
+            Some(l) => g.binary(BinaryOp::Add, l, s).unwrap(),
+            None => s,
+        });
+    }
+    g.set_outputs(vec![loss.expect("a gradient case needs a float output")]).unwrap();
+    (g, weights)
+}
+
+/// Runs the check; the error says which input's gradient disagreed and by how much.
+pub fn check(case: &Case) -> Result<(), String> {
+    let tol = case.tol;
+    let g = rlx_ir::text::parse(case.src).map_err(|e| format!("{}: {e}", case.name))?;
+    let (lg, _) = with_loss(&g);
+    let loss = lg.outputs()[0];
+    let sources: Vec<(String, TensorType)> = lg.inputs().iter().map(|(n, v)| (n.to_string(), lg.ty(*v).clone())).collect();
+    let wrt: Vec<&str> =
+        sources.iter().filter(|(n, t)| t.dtype.is_float() && !n.starts_with("__w")).map(|(n, _)| n.as_str()).collect();
+    let gg = grad(&lg, loss, &wrt).map_err(|e| format!("{}: grad: {e}", case.name))?;
+    let session = Session::new(Arc::new(CpuBackend::new()));
+    let mut fwd = session.compile(&lg).map_err(|e| format!("{}: {e}", case.name))?;
+    let mut bwd = session.compile(&gg).map_err(|e| format!("{}: {e}\n{gg}", case.name))?;
+    let mut rng = Rng::new(0x5EED ^ case.name.len() as u64);
+    let mut values: Vec<(String, Tensor)> = sources
+        .iter()
+        .map(|(n, t)| {
+            let domain = case.domains.iter().find(|(d, _)| d == n).map_or(Domain::Normal, |(_, d)| *d);
+            (n.clone(), draw(&mut rng, t, domain))
+        })
+        .collect();
+    let run = |c: &mut rlx_runtime::CompiledGraph, values: &[(String, Tensor)]| -> Result<Vec<Tensor>, String> {
+        let named: Vec<(&str, &Tensor)> = values.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        c.run(&named).map_err(|e| format!("{}: {e}", case.name))
+    };
+    let analytic = run(&mut bwd, &values)?;
+    for (k, name) in wrt.iter().enumerate() {
+        let got = analytic[1 + k].to_f64_vec();
+        let idx = values.iter().position(|(n, _)| n == name).unwrap();
+        let base = values[idx].1.clone();
+        let xs = base.to_f64_vec();
+        let mut numeric = Vec::with_capacity(xs.len());
+        for j in 0..xs.len() {
+            let h = 1e-5 * xs[j].abs().max(1.0);
+            let mut at = |x: f64| -> Result<f64, String> {
+                let mut p = xs.clone();
+                p[j] = x;
+                values[idx].1 = retype(&p, &base);
+                Ok(run(&mut fwd, &values)?[0].to_f64_vec()[0])
+            };
+            numeric.push((at(xs[j] + h)? - at(xs[j] - h)?) / (2.0 * h));
+        }
+        values[idx].1 = base;
+        let diff: f64 = got.iter().zip(&numeric).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
+        let norm: f64 = numeric.iter().map(|b| b * b).sum::<f64>().sqrt();
+        if diff > tol * norm.max(1.0) {
+            return Err(format!(
+                "{}: gradient of `{name}` off by {:.3e} relative (|fd| = {norm:.3e})\n  analytic {got:?}\n  numeric  {numeric:?}",
+                case.name,
+                diff / norm.max(1.0)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn retype(values: &[f64], like: &Tensor) -> Tensor {
+    match like.dtype() {
+        DType::F64 => Tensor::from_vec(values.to_vec(), like.shape()).unwrap(),
+        DType::F32 => Tensor::from_vec(values.iter().map(|&v| v as f32).collect(), like.shape()).unwrap(),
+        d => panic!("perturbing a {d} input"),
+    }
+}
