@@ -5,6 +5,8 @@
 mod harness;
 #[path = "gradcheck/core.rs"]
 mod core;
+#[path = "gradcheck/index.rs"]
+mod index;
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;
@@ -12,7 +14,7 @@ use std::collections::BTreeSet;
 
 /// Every family's cases.
 fn all_cases() -> Vec<&'static harness::Case> {
-    core::CASES.iter().collect()
+    core::CASES.iter().chain(index::CASES).collect()
 }
 
 #[test]
@@ -88,13 +90,6 @@ const PENDING: &[&str] = &[
     "TopK",
     "Sort",
     "KvAppend",
-    "Gather",
-    "GatherBackward",
-    "GatherNd",
-    "GatherElements",
-    "ScatterAdd",
-    "ScatterNd",
-    "ScatterElements",
     "Conv",
     "Conv3d",
     "ConvTranspose2d",

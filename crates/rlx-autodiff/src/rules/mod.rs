@@ -6,6 +6,7 @@
 //! through their decomposition before the sweep.
 
 mod elementwise;
+mod index;
 mod matmul;
 mod reduce;
 mod shape;
@@ -46,6 +47,7 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 /// Every family's differentiable kinds and its rule.
 const FAMILIES: &[(&[OpKind], Rule)] = &[
     (elementwise::KINDS, elementwise::vjp),
+    (index::KINDS, index::vjp),
     (matmul::KINDS, matmul::vjp),
     (reduce::KINDS, reduce::vjp),
     (shape::KINDS, shape::vjp),

@@ -19,6 +19,9 @@ pub enum Domain {
     Positive,
     /// Uniform integers in `[0, n)`: labels and indices.
     Below(u32),
+    /// Distinct integers in `[0, n)` (a prefix of a random permutation): scatter targets
+    /// that must not collide.
+    Distinct(u32),
 }
 
 /// One gradient check.
@@ -62,13 +65,23 @@ impl Rng {
 fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
     let dims: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().expect("gradient cases use static shapes")).collect();
     let n: usize = dims.iter().product();
-    let values: Vec<f64> = (0..n)
-        .map(|_| match domain {
-            Domain::Normal => rng.normal(),
-            Domain::Positive => 0.5 + 1.5 * rng.uniform(),
-            Domain::Below(k) => (rng.uniform() * f64::from(k)).floor(),
-        })
-        .collect();
+    let values: Vec<f64> = match domain {
+        Domain::Distinct(k) => {
+            let mut perm: Vec<f64> = (0..k).map(f64::from).collect();
+            for i in (1..perm.len()).rev() {
+                perm.swap(i, (rng.uniform() * (i + 1) as f64) as usize);
+            }
+            assert!(n <= perm.len(), "{n} distinct values below {k}");
+            perm[..n].to_vec()
+        }
+        _ => (0..n)
+            .map(|_| match domain {
+                Domain::Positive => 0.5 + 1.5 * rng.uniform(),
+                Domain::Below(k) => (rng.uniform() * f64::from(k)).floor(),
+                _ => rng.normal(),
+            })
+            .collect(),
+    };
     match ty.dtype {
         DType::F64 => Tensor::from_vec(values, &dims).unwrap(),
         DType::F32 => Tensor::from_vec(values.iter().map(|&v| v as f32).collect(), &dims).unwrap(),
