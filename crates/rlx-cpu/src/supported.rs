@@ -106,5 +106,15 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // signal
+        Fft,
+        FftButterflyStage,
+        LogMel,
+        LogMelBackward,
+        WelchPeaks,
+        PartitionedConv,
+        ComplexNormSq,
+        ComplexNormSqBackward,
+        Conjugate,
     ]
 };
