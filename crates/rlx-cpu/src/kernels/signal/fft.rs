@@ -25,6 +25,9 @@ pub(super) fn plan(n: usize, inverse: bool) -> Arc<dyn rustfft::Fft<f64>> {
 /// Runs `plan` over every length-`n` row of `data` in place, on rayon threads when large.
 pub(super) fn transform_rows(plan: &dyn rustfft::Fft<f64>, data: &mut [Complex64], n: usize) {
     let scratch = || vec![Complex64::ZERO; plan.get_inplace_scratch_len()];
+    if data.is_empty() {
+        return;
+    }
     if data.len() < PAR_MIN || data.len() == n {
         plan.process_with_scratch(data, &mut scratch());
     } else {
@@ -42,12 +45,12 @@ pub fn fft(a: &Fft, x: In, out: &mut Out) -> Result<(), String> {
         DType::C64 => last,
         DType::F32 | DType::F64 if last % 2 == 0 => last / 2,
         DType::F32 | DType::F64 => {
-            return Err(format!("Fft: last axis of {:?} has odd length {last}, not 2N re/im blocks", x.dims))
+            return Err(format!("last axis of {:?} has odd length {last}, not 2N re/im blocks", x.dims))
         }
         d => return Err(format!("Fft takes f32, f64 or c64, not {d}")),
     };
     if n == 0 {
-        return Err(format!("Fft: last axis of {:?} has no elements to transform", x.dims));
+        return Err(format!("last axis of {:?} has no elements to transform", x.dims));
     }
     let n_f = n as f64;
     let scale = match (a.norm, a.inverse) {

@@ -57,8 +57,9 @@ fn energies(d: &MelDims, spec: &[f64], filters: &[f64]) -> Vec<f64> {
 /// The floor `M − 8` of each group of frames, `M` the largest log energy in the group (NaNs
 /// skipped).
 fn floors(d: &MelDims, e: &[f64]) -> Vec<f64> {
-    e.chunks(d.group * d.n_mels)
-        .map(|g| g.iter().map(|&e| log_energy(e)).fold(f64::NEG_INFINITY, |m, v| if v > m { v } else { m }) - 8.0)
+    let (group, per) = (d.group.max(1), d.group * d.n_mels);
+    (0..d.frames / group)
+        .map(|g| e[g * per..][..per].iter().map(|&e| log_energy(e)).fold(f64::NEG_INFINITY, |m, v| if v > m { v } else { m }) - 8.0)
         .collect()
 }
 
