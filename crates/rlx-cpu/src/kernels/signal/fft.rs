@@ -144,3 +144,25 @@ impl FloatKernel for Butterfly {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `Fft` on f32 data of `dims`, as the executor would after specialization.
+    fn run(dims: &[usize], x: &[f32]) -> Result<Vec<f32>, String> {
+        let mut y = vec![0.0f32; x.len()];
+        let x = In { dtype: DType::F32, dims, bytes: bytemuck::cast_slice(x) };
+        let mut out = Out { dtype: DType::F32, dims, bytes: bytemuck::cast_slice_mut(&mut y) };
+        fft(&Fft { inverse: false, norm: FftNorm::Ortho }, x, &mut out)?;
+        Ok(y)
+    }
+
+    #[test]
+    fn the_kernel_itself_rejects_odd_and_empty_blocks() {
+        assert!(run(&[1, 3], &[1.0, 2.0, 3.0]).unwrap_err().contains("odd length 3"));
+        assert!(run(&[2, 0], &[]).unwrap_err().contains("no elements"));
+        // One complex sample 3 + 4i is its own orthonormal transform.
+        assert_eq!(run(&[1, 2], &[3.0, 4.0]).unwrap(), [3.0, 4.0]);
+    }
+}
