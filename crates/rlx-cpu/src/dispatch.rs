@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, softmax, ssm};
+use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, signal, softmax, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -117,6 +117,16 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
         // custom
         Op::Custom(c) => crate::custom::run(c, ins, outs),
+        // signal
+        Op::Fft(a) => signal::fft(a, ins[0], out),
+        Op::FftButterflyStage(a) => signal::fft_butterfly_stage(a, ins, out),
+        Op::LogMel(a) => signal::log_mel(a, ins[0], ins[1], out),
+        Op::LogMelBackward(a) => signal::log_mel_backward(a, ins[0], ins[1], ins[2], out),
+        Op::WelchPeaks(a) => signal::welch_peaks(a, ins[0], out),
+        Op::PartitionedConv(a) => signal::partitioned_conv(a, ins[0], ins[1], out),
+        Op::ComplexNormSq(_) => signal::complex_norm_sq(ins[0], out),
+        Op::ComplexNormSqBackward(_) => signal::complex_norm_sq_backward(ins[0], ins[1], out),
+        Op::Conjugate(_) => signal::conjugate(ins[0], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

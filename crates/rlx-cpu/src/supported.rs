@@ -111,5 +111,15 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         GatedDeltaNet,
         // custom
         Custom,
+        // signal
+        Fft,
+        FftButterflyStage,
+        LogMel,
+        LogMelBackward,
+        WelchPeaks,
+        PartitionedConv,
+        ComplexNormSq,
+        ComplexNormSqBackward,
+        Conjugate,
     ]
 };
