@@ -106,5 +106,18 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // linalg
+        DenseSolve,
+        BatchedDenseSolve,
+        Cholesky,
+        TriangularSolve,
+        Det,
+        LogDet,
+        Svd,
+        Qr,
+        Eigh,
+        EighBackward,
+        EighBatch,
+        EighBatchBackward,
     ]
 };
