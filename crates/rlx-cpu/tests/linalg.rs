@@ -139,3 +139,59 @@ fn degenerate_eigenvalue_pairs_add_no_vector_term() {
     let out = outputs(src, &[("lam", &lam), ("u", &u), ("dlam", &dlam), ("du", &du)]);
     assert_eq!(out, vec![vec![0.5, 0.0, 0.0, -2.0]]);
 }
+
+#[test]
+fn batches_large_enough_for_threads_match_their_definitions() {
+    // 16 systems of 16 unknowns and 8 eigenproblems of order 9 pass the rayon threshold.
+    let src = r#"%0 = Input(name:"a",ty:(dtype:F64,shape:[16,16,16]))()
+        %1 = Input(name:"b",ty:(dtype:F64,shape:[16,16,2]))()
+        %2 = BatchedDenseSolve()(%0, %1)
+        %3 = Input(name:"s",ty:(dtype:F64,shape:[8,9,9]))()
+        %4 = EighBatch()(%3)
+        return %2, %4, %4.1"#;
+    let mut a: Vec<f64> = common::randn(16 * 256, 3).iter().map(|&v| f64::from(v)).collect();
+    for (i, v) in a.iter_mut().enumerate() {
+        if (i % 256) % 17 == 0 {
+            *v += 16.0;
+        }
+    }
+    let b: Vec<f64> = common::randn(16 * 32, 4).iter().map(|&v| f64::from(v)).collect();
+    let s: Vec<f64> = common::randn(8 * 81, 5).iter().map(|&v| f64::from(v)).collect();
+    let out = outputs(src, &[("a", &t64(&a, &[16, 16, 16])), ("b", &t64(&b, &[16, 16, 2])), ("s", &t64(&s, &[8, 9, 9]))]);
+    for item in 0..16 {
+        for (row, col) in (0..16).flat_map(|r| (0..2).map(move |c| (r, c))) {
+            let ax: f64 = (0..16).map(|k| a[item * 256 + row * 16 + k] * out[0][item * 32 + k * 2 + col]).sum();
+            assert!((ax - b[item * 32 + row * 2 + col]).abs() < 1e-12, "item {item}");
+        }
+    }
+    let (lam, u) = (&out[1], &out[2]);
+    for item in 0..8 {
+        // Lower triangle of slice `item` = U·diag(λ)·Uᵀ.
+        for (i, j) in (0..9).flat_map(|i| (0..=i).map(move |j| (i, j))) {
+            let rebuilt: f64 = (0..9).map(|k| u[item * 81 + i * 9 + k] * lam[item * 9 + k] * u[item * 81 + j * 9 + k]).sum();
+            assert!((rebuilt - s[item * 81 + i * 9 + j]).abs() < 1e-12, "item {item} ({i}, {j})");
+        }
+    }
+}
+
+#[test]
+fn svd_of_a_larger_matrix_is_orthonormal_and_exact() {
+    let (m, n) = (40, 25);
+    let src = r#"%0 = Input(name:"a",ty:(dtype:F64,shape:[40,25]))()
+        %1 = Svd()(%0)
+        return %1, %1.1, %1.2"#;
+    let a: Vec<f64> = common::randn(m * n, 9).iter().map(|&v| f64::from(v)).collect();
+    let out = outputs(src, &[("a", &t64(&a, &[m, n]))]);
+    let (u, s, vt) = (&out[0], &out[1], &out[2]);
+    assert!(s.windows(2).all(|w| w[0] >= w[1]));
+    for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
+        let x: f64 = (0..n).map(|k| u[i * n + k] * s[k] * vt[k * n + j]).sum();
+        assert!((x - a[i * n + j]).abs() < 1e-12);
+    }
+    for (p, q) in (0..n).flat_map(|p| (0..n).map(move |q| (p, q))) {
+        let uu: f64 = (0..m).map(|i| u[i * n + p] * u[i * n + q]).sum();
+        let vv: f64 = (0..n).map(|i| vt[p * n + i] * vt[q * n + i]).sum();
+        let id = f64::from(u8::from(p == q));
+        assert!((uu - id).abs() < 1e-13 && (vv - id).abs() < 1e-13, "({p}, {q})");
+    }
+}

@@ -27,7 +27,7 @@ pub fn svd(a: &[f64], m: usize, n: usize) -> Result<Svd, String> {
     } else {
         a[..m * n].to_vec()
     };
-    let (left, s, right) = one_sided(w, rows, cols)?;
+    let Sided { left, s, right } = one_sided(w, rows, cols)?;
     // For Aᵀ = L·S·Rᵀ, A = R·S·Lᵀ: the factors swap roles.
     let (uc, vc) = if m >= n { (left, right) } else { (right, left) };
     let mut out = Svd { u: vec![0.0; m * k], s, vt: vec![0.0; k * n] };
@@ -35,8 +35,8 @@ pub fn svd(a: &[f64], m: usize, n: usize) -> Result<Svd, String> {
         let u = &uc[j * m..(j + 1) * m];
         let lead = u.iter().fold(0.0f64, |best, &x| if x.abs() > best.abs() { x } else { best });
         let sign = if lead < 0.0 { -1.0 } else { 1.0 };
-        for i in 0..m {
-            out.u[i * k + j] = sign * u[i];
+        for (i, x) in u.iter().enumerate() {
+            out.u[i * k + j] = sign * x;
         }
         for i in 0..n {
             out.vt[j * n + i] = sign * vc[j * n + i];
@@ -45,10 +45,19 @@ pub fn svd(a: &[f64], m: usize, n: usize) -> Result<Svd, String> {
     Ok(out)
 }
 
+/// The SVD of a `rows×cols` matrix, `rows ≥ cols`, with column-major factors.
+struct Sided {
+    /// Left singular vectors, `rows×cols`.
+    left: Vec<f64>,
+    /// Singular values, descending.
+    s: Vec<f64>,
+    /// Right singular vectors, `cols×cols`.
+    right: Vec<f64>,
+}
+
 /// One-sided Jacobi on the `cols` columns (each `rows` long, `rows ≥ cols`, stored one after
-/// another) of `w`: returns the left singular vectors (column-major `rows×cols`), the singular
-/// values descending, and the right singular vectors (column-major `cols×cols`).
-fn one_sided(mut w: Vec<f64>, rows: usize, cols: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), String> {
+/// another) of `w`.
+fn one_sided(mut w: Vec<f64>, rows: usize, cols: usize) -> Result<Sided, String> {
     let mut v = vec![0.0; cols * cols];
     for j in 0..cols {
         v[j * cols + j] = 1.0;
@@ -90,7 +99,7 @@ fn one_sided(mut w: Vec<f64>, rows: usize, cols: usize) -> Result<(Vec<f64>, Vec
         }
         vs.extend_from_slice(&v[j * cols..(j + 1) * cols]);
     }
-    Ok((u, s, vs))
+    Ok(Sided { left: u, s, right: vs })
 }
 
 /// Rotates columns `p`, `q` of `w` to make them orthogonal; `None` when they already are.

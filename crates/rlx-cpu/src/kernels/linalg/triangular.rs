@@ -8,7 +8,7 @@ pub fn cholesky(a: &[f64], n: usize) -> Result<Vec<f64>, String> {
     let mut l = vec![0.0; n * n];
     for j in 0..n {
         let d = a[j * n + j] - (0..j).map(|k| l[j * n + k] * l[j * n + k]).sum::<f64>();
-        if !(d > 0.0) {
+        if d.is_nan() || d <= 0.0 {
             return Err(format!(
                 "A is not positive definite: the pivot of column {j} is {d} (the leading {0}×{0} minor is not positive definite)",
                 j + 1
