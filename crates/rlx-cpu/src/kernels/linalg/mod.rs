@@ -4,8 +4,10 @@
 //! Operands are row-major F32 or F64 (one dtype per op), matrices the trailing two axes.
 //! Data-dependent failures are errors naming the operand and position: a non-finite entry in
 //! any operand, a singular `A` in `DenseSolve`/`BatchedDenseSolve` (an exactly zero LU pivot)
-//! or `TriangularSolve` (a zero diagonal entry), a non-positive Cholesky pivot, `Qr` of a wide
-//! matrix. `Det` of a singular matrix is 0 and `LogDet` −∞, as OPS.md defines.
+//! or `TriangularSolve` (a zero diagonal entry), a non-positive Cholesky pivot, an iterative
+//! solver (Jacobi `Eigh`/`Svd`) that does not converge. `Det` of a singular matrix is 0 and
+//! `LogDet` −∞, as OPS.md defines; `Qr` of a wide matrix (m < n) is NumPy's (square `Q`,
+//! trapezoidal `R`): OPS.md's "m < n unsupported" is about its gradient.
 
 pub mod eigen;
 pub mod eigh;
