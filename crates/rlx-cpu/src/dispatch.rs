@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, signal, softmax, ssm};
+use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, random, reduce, rnn, shape, signal, softmax, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -127,6 +127,19 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::ComplexNormSq(_) => signal::complex_norm_sq(ins[0], out),
         Op::ComplexNormSqBackward(_) => signal::complex_norm_sq_backward(ins[0], ins[1], out),
         Op::Conjugate(_) => signal::conjugate(ins[0], out),
+        // linalg
+        Op::DenseSolve(_) => linalg::dense_solve(ins, out),
+        Op::BatchedDenseSolve(_) => linalg::batched_dense_solve(ins, out),
+        Op::Cholesky(_) => linalg::cholesky(ins[0], out),
+        Op::TriangularSolve(a) => linalg::triangular_solve(a, ins, out),
+        Op::Det(_) => linalg::det(ins[0], out),
+        Op::LogDet(_) => linalg::log_det(ins[0], out),
+        Op::Svd(_) => linalg::svd(ins[0], outs),
+        Op::Qr(_) => linalg::qr(ins[0], outs),
+        Op::Eigh(_) => linalg::eigh(ins[0], outs),
+        Op::EighBackward(_) => linalg::eigh_backward(ins, out),
+        Op::EighBatch(_) => linalg::eigh_batch(ins[0], outs),
+        Op::EighBatchBackward(_) => linalg::eigh_batch_backward(ins, out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

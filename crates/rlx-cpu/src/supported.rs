@@ -121,5 +121,18 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         ComplexNormSq,
         ComplexNormSqBackward,
         Conjugate,
+        // linalg
+        DenseSolve,
+        BatchedDenseSolve,
+        Cholesky,
+        TriangularSolve,
+        Det,
+        LogDet,
+        Svd,
+        Qr,
+        Eigh,
+        EighBackward,
+        EighBatch,
+        EighBatchBackward,
     ]
 };

@@ -12,7 +12,8 @@ use crate::{DType, Dim, Shape, TensorType, ValueId};
 use serde::{Deserialize, Serialize};
 
 /// `x = A⁻¹·b` by LU with partial pivoting (`jnp.linalg.solve`); inputs `(A [N,N], b)`, `b`
-/// either `[N]` or `[N,K]`; the output has `b`'s type. A singular `A` gives non-finite values.
+/// either `[N]` or `[N,K]`; the output has `b`'s type. A singular `A` (an exactly zero LU
+/// pivot) is a run-time error naming the pivot column (OPS.md leaves error or non-finite open).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DenseSolve {}
 
@@ -22,7 +23,8 @@ pub struct DenseSolve {}
 pub struct BatchedDenseSolve {}
 
 /// Lower Cholesky factor `L` of an SPD `A [n,n]` (`A = L·Lᵀ`, strict upper triangle zero);
-/// only the lower triangle of `A` is read. Non-SPD input gives NaN.
+/// only the lower triangle of `A` is read. Non-SPD input (a non-positive pivot) is a run-time
+/// error naming the pivot column.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cholesky {}
 
