@@ -106,5 +106,23 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // spd
+        ReEig,
+        LogEig,
+        SpdBatchNorm,
+        SpdKarcherMean,
+        SpdKarcherMeanWeighted,
+        SpdLogMap,
+        SpdExpMap,
+        SpdParallelTransport,
+        SpdMatrixFnBatch,
+        ReEigBackward,
+        LogEigBackward,
+        SpdBatchNormBackwardX,
+        SpdBatchNormBackwardG,
+        SpdLogMapBackward,
+        SpdExpMapBackward,
+        SpdParallelTransportBackward,
+        SpdMatrixFnBatchBackward,
     ]
 };

@@ -19,6 +19,8 @@ pub mod random;
 // rnn, ssm
 pub mod rnn;
 pub mod ssm;
+// spd
+pub mod spd;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
