@@ -120,7 +120,7 @@ impl Eig {
         };
         match self.values.iter().find(|&&l| bad(l)) {
             None => Ok(self),
-            Some(l) => Err(format!("{} is not {what}: eigenvalue {l:e} {cmp} 0", self.label)),
+            Some(l) => Err(format!("{} is not {what}: eigenvalue {l:.3e} {cmp} 0", self.label)),
         }
     }
 
@@ -128,7 +128,7 @@ impl Eig {
     pub fn apply(&self, f: Spectral) -> Result<Mat, String> {
         let fl: Vec<f64> = self.values.iter().map(|&l| f.f(l)).collect();
         if let Some(i) = fl.iter().position(|v| !v.is_finite()) {
-            return Err(format!("{}: {f:?} of eigenvalue {:e} is {}", self.label, self.values[i], fl[i]));
+            return Err(format!("{}: {f:?} of eigenvalue {:.3e} is {}", self.label, self.values[i], fl[i]));
         }
         let n = self.u.n;
         let mut y = Mat::zeros(n);
@@ -199,11 +199,11 @@ mod tests {
     #[test]
     fn positivity_errors_name_the_matrix_and_eigenvalue() {
         let e = Eig::of("M", &Mat::new(2, vec![1.0, 0.0, 0.0, -0.25])).unwrap();
-        assert_eq!(e.require(Domain::Pd).err().unwrap(), "M is not positive definite: eigenvalue -2.5e-1 ≤ 0");
+        assert_eq!(e.require(Domain::Pd).err().unwrap(), "M is not positive definite: eigenvalue -2.500e-1 ≤ 0");
         let z = || Eig::of("X[1]", &Mat::new(1, vec![0.0])).unwrap();
         assert!(z().require(Domain::Psd).is_ok());
-        assert_eq!(z().require(Domain::Pd).err().unwrap(), "X[1] is not positive definite: eigenvalue 0e0 ≤ 0");
+        assert_eq!(z().require(Domain::Pd).err().unwrap(), "X[1] is not positive definite: eigenvalue 0.000e0 ≤ 0");
         let big = Eig::of("V", &Mat::new(1, vec![800.0])).unwrap();
-        assert_eq!(big.apply(Spectral::Exp).err().unwrap(), "V: Exp of eigenvalue 8e2 is inf");
+        assert_eq!(big.apply(Spectral::Exp).err().unwrap(), "V: Exp of eigenvalue 8.000e2 is inf");
     }
 }
