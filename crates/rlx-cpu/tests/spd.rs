@@ -198,3 +198,16 @@ fn karcher_means_check_inputs_and_weights_but_not_convergence() {
     let gap = one[0].to_f64_vec().iter().zip(many[0].to_f64_vec()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
     assert!(gap > 1e-6, "one step already converged: {gap}");
 }
+
+#[test]
+fn empty_matrices_and_batches_run() {
+    let src = r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[2,0,0]))()
+        %1 = SpdMatrixFnBatch(kind:Logm)(%0)
+        %2 = Input(name:"e",ty:(dtype:F32,shape:[0,3,3]))()
+        %3 = SpdMatrixFnBatch(kind:Expm)(%2)
+        return %1, %3"#;
+    let x = Tensor::from_vec(Vec::<f32>::new(), &[2, 0, 0]).unwrap();
+    let e = Tensor::from_vec(Vec::<f32>::new(), &[0, 3, 3]).unwrap();
+    let out = outputs(src, &[("x", &x), ("e", &e)]);
+    assert_eq!((out[0].to_f64_vec().len(), out[1].to_f64_vec().len()), (0, 0));
+}

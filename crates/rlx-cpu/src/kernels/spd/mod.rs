@@ -61,8 +61,9 @@ fn read(name: &str, x: In) -> Result<Vec<f64>, String> {
 /// The `[.., n, n]` operand `x` as its `n×n` slices.
 fn mats(name: &str, x: In) -> Result<Vec<Mat>, String> {
     let n = x.dims.last().copied().unwrap_or(1);
+    let count: usize = x.dims[..x.dims.len().saturating_sub(2)].iter().product();
     let v = read(name, x)?;
-    Ok(v.chunks(n * n).map(|c| Mat::new(n, c.to_vec())).collect())
+    Ok((0..count).map(|i| Mat::new(n, v[i * n * n..(i + 1) * n * n].to_vec())).collect())
 }
 
 /// The `[n,n]` operand `x`.
