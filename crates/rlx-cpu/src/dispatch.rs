@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, random, reduce, rnn, shape, signal, softmax, ssm};
+use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, random, reduce, rnn, shape, signal, softmax, spd, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -140,6 +140,24 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::EighBackward(_) => linalg::eigh_backward(ins, out),
         Op::EighBatch(_) => linalg::eigh_batch(ins[0], outs),
         Op::EighBatchBackward(_) => linalg::eigh_batch_backward(ins, out),
+        // spd (BiMap lowers to MatMul + Transpose)
+        Op::ReEig(a) => spd::re_eig(a.eps, ins, outs),
+        Op::LogEig(a) => spd::log_eig(a.eps, ins, outs),
+        Op::SpdBatchNorm(a) => spd::spd_batch_norm(a.eps, ins, outs),
+        Op::SpdKarcherMean(a) => spd::spd_karcher_mean(a.iters, a.tol, ins, outs),
+        Op::SpdKarcherMeanWeighted(a) => spd::spd_karcher_mean_weighted(a.iters, a.tol, ins, outs),
+        Op::SpdLogMap(_) => spd::spd_log_map(ins, outs),
+        Op::SpdExpMap(_) => spd::spd_exp_map(ins, outs),
+        Op::SpdParallelTransport(_) => spd::spd_parallel_transport(ins, outs),
+        Op::SpdMatrixFnBatch(a) => spd::spd_matrix_fn_batch(a.kind, ins, outs),
+        Op::ReEigBackward(a) => spd::re_eig_backward(a.eps, ins, outs),
+        Op::LogEigBackward(a) => spd::log_eig_backward(a.eps, ins, outs),
+        Op::SpdBatchNormBackwardX(a) => spd::spd_batch_norm_backward_x(a.eps, ins, outs),
+        Op::SpdBatchNormBackwardG(a) => spd::spd_batch_norm_backward_g(a.eps, ins, outs),
+        Op::SpdLogMapBackward(_) => spd::spd_log_map_backward(ins, outs),
+        Op::SpdExpMapBackward(_) => spd::spd_exp_map_backward(ins, outs),
+        Op::SpdParallelTransportBackward(_) => spd::spd_parallel_transport_backward(ins, outs),
+        Op::SpdMatrixFnBatchBackward(a) => spd::spd_matrix_fn_batch_backward(a.kind, ins, outs),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

@@ -134,5 +134,23 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         EighBackward,
         EighBatch,
         EighBatchBackward,
+        // spd
+        ReEig,
+        LogEig,
+        SpdBatchNorm,
+        SpdKarcherMean,
+        SpdKarcherMeanWeighted,
+        SpdLogMap,
+        SpdExpMap,
+        SpdParallelTransport,
+        SpdMatrixFnBatch,
+        ReEigBackward,
+        LogEigBackward,
+        SpdBatchNormBackwardX,
+        SpdBatchNormBackwardG,
+        SpdLogMapBackward,
+        SpdExpMapBackward,
+        SpdParallelTransportBackward,
+        SpdMatrixFnBatchBackward,
     ]
 };

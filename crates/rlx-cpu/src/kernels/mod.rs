@@ -21,6 +21,8 @@ pub mod rnn;
 pub mod ssm;
 // signal
 pub mod signal;
+// spd
+pub mod spd;
 
 use rayon::prelude::*;
 use rlx_ir::DType;

@@ -23,6 +23,8 @@ mod rnn;
 mod shape;
 mod softmax;
 mod ssm;
+// spd
+mod spd;
 
 /// The primitive ops every decomposition bottoms out in (OPS.md §0), plus the sources.
 pub const PRIMITIVES: &[OpKind] = &[
@@ -70,6 +72,7 @@ const FAMILIES: &[(&[OpKind], Lower)] = &[
     (shape::KINDS, shape::decompose),
     (softmax::KINDS, softmax::decompose),
     (ssm::KINDS, ssm::decompose),
+    (spd::KINDS, spd::decompose),
 ];
 
 /// Whether the common IR can lower `kind`.
