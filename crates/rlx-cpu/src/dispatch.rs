@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, softmax, ssm};
+use crate::kernels::{attention, conv, elementwise, index, matmul, norm, quant, random, reduce, rnn, shape, softmax, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -108,6 +108,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::SelectiveScan(a) => ssm::selective_scan(a, ins, out),
         Op::Mamba2(a) => ssm::mamba2(a, ins, out),
         Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
+        // quant
+        Op::DequantMatMul(a) => quant::dequant_matmul(a, ins, out),
+        Op::DequantGroupedMatMul(a) => quant::dequant_grouped_matmul(a, ins, out),
+        Op::DequantGroupedMatMulMlx(a) => quant::dequant_grouped_matmul_mlx(a, ins, out),
+        Op::DequantMoEWeights(a) => quant::dequant_moe_weights(a, ins[0], out),
+        Op::ScaledQuantScale(a) => quant::scaled_quant_scale(a, ins[0], out),
+        Op::ScaledQuantize(a) => quant::scaled_quantize(a, ins[0], ins[1], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

@@ -106,5 +106,12 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // quant
+        DequantMatMul,
+        DequantGroupedMatMul,
+        DequantGroupedMatMulMlx,
+        DequantMoEWeights,
+        ScaledQuantScale,
+        ScaledQuantize,
     ]
 };
