@@ -105,7 +105,7 @@ pub fn scaled_quantize(a: &ScaledQuantize, x: In, scale: In, out: &mut Out) -> R
         ScaleLayout::BlockMxE8M0 { .. } => scale.bytes.iter().map(|&e| minifloat::e8m0(e)).collect(),
         ScaleLayout::Nvfp4 { .. } => scale.bytes.iter().map(|&c| minifloat::decode(&ScaledFormat::F8E4M3, c)).collect(),
     };
-    let rows = if k == 0 { 0 } else { x.numel() / k };
+    let rows = x.numel().checked_div(k).unwrap_or(0);
     let want = if a.scale_layout == ScaleLayout::PerTensor { 1 } else { rows * per_row };
     if x.numel() > 0 && scales.len() != want {
         return Err(format!("scale holds {} values, but x has {want} blocks", scales.len()));
