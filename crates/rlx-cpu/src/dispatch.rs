@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, random, reduce, rnn, shape, signal, softmax, spd, ssm};
+use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -158,6 +158,13 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::SpdExpMapBackward(_) => spd::spd_exp_map_backward(ins, outs),
         Op::SpdParallelTransportBackward(_) => spd::spd_parallel_transport_backward(ins, outs),
         Op::SpdMatrixFnBatchBackward(a) => spd::spd_matrix_fn_batch_backward(a.kind, ins, outs),
+        // quant
+        Op::DequantMatMul(a) => quant::dequant_matmul(a, ins, out),
+        Op::DequantGroupedMatMul(a) => quant::dequant_grouped_matmul(a, ins, out),
+        Op::DequantGroupedMatMulMlx(a) => quant::dequant_grouped_matmul_mlx(a, ins, out),
+        Op::DequantMoEWeights(a) => quant::dequant_moe_weights(a, ins[0], out),
+        Op::ScaledQuantScale(a) => quant::scaled_quant_scale(a, ins[0], out),
+        Op::ScaledQuantize(a) => quant::scaled_quantize(a, ins[0], ins[1], out),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

@@ -152,5 +152,12 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SpdExpMapBackward,
         SpdParallelTransportBackward,
         SpdMatrixFnBatchBackward,
+        // quant
+        DequantMatMul,
+        DequantGroupedMatMul,
+        DequantGroupedMatMulMlx,
+        DequantMoEWeights,
+        ScaledQuantScale,
+        ScaledQuantize,
     ]
 };

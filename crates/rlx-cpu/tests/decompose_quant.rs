@@ -87,3 +87,34 @@ fn fake_quantize_with_a_fixed_scale_and_its_gradients() {
         }
     }
 }
+
+#[test]
+fn dequant_matmul_kernel_matches_its_decomposition() {
+    // The integer and FP8 schemes, which both paths run; x carries a batch axis.
+    let src = r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[2,3,8]))()
+        %1 = Input(name:"w_i8",ty:(dtype:I8,shape:[8,6]))()
+        %2 = Input(name:"s",ty:(dtype:F32,shape:[2,6]))()
+        %3 = Input(name:"zp",ty:(dtype:F32,shape:[2,6]))()
+        %4 = DequantMatMul(scheme:Int8BlockAsym(block_size:4),out_dim:None)(%0, %1, %2, %3)
+        %5 = DequantMatMul(scheme:Int8Block(block_size:4),out_dim:None)(%0, %1, %2, %3)
+        %6 = Input(name:"w_i4",ty:(dtype:U8,shape:[8,3]))()
+        %7 = DequantMatMul(scheme:Int4Block(block_size:4),out_dim:None)(%0, %6, %2, %3)
+        %8 = Input(name:"w_fp8",ty:(dtype:U8,shape:[8,6]))()
+        %9 = DequantMatMul(scheme:Fp8E4m3,out_dim:None)(%0, %8)
+        %10 = DequantMatMul(scheme:Fp8E5m2,out_dim:None)(%0, %8)
+        return %4, %5, %7, %9, %10"#;
+    let g = parse(src).unwrap();
+    let byte = |i: usize| ((i * 37 + 11) % 251) as u8 & 0x7B;
+    let x = Tensor::from_vec(randn(48, 1), &[2, 3, 8]).unwrap();
+    let w_i8 = Tensor::from_vec((0..48).map(|i| byte(i) as i8).collect::<Vec<i8>>(), &[8, 6]).unwrap();
+    let s = Tensor::from_vec(randn(12, 2).iter().map(|v| v.abs() * 0.05).collect::<Vec<f32>>(), &[2, 6]).unwrap();
+    let zp = Tensor::from_vec((0..12).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<f32>>(), &[2, 6]).unwrap();
+    let w_i4 = Tensor::from_vec((0..24).map(byte).collect::<Vec<u8>>(), &[8, 3]).unwrap();
+    let w_fp8 = Tensor::from_vec((0..48).map(byte).collect::<Vec<u8>>(), &[8, 6]).unwrap();
+    let inputs = [("x", &x), ("w_i8", &w_i8), ("s", &s), ("zp", &zp), ("w_i4", &w_i4), ("w_fp8", &w_fp8)];
+    let native = common::run(&g, &inputs);
+    let lowered = common::run_decomposed(&g, OpKind::DequantMatMul, &inputs);
+    for (a, b) in native.iter().zip(&lowered) {
+        common::assert_close(a, b, 1e-5, 1e-5);
+    }
+}

@@ -23,6 +23,8 @@ pub mod ssm;
 pub mod signal;
 // spd
 pub mod spd;
+// quant
+pub mod quant;
 
 use rayon::prelude::*;
 use rlx_ir::DType;

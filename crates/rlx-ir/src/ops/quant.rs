@@ -1,5 +1,7 @@
 //! Quantization (OPS.md §5, §14, backward ops §22), split along its real seams:
 //! - [`scheme`]: the attribute enums (`QuantScheme`, `GgufType`, `ScaledFormat`, `ScaleLayout`);
+//! - [`gguf`]: the bit-exact decoders of ggml's weight blocks (the meaning of `Gguf` schemes);
+//! - [`minifloat`]: the codecs of the `ScaledFormat` element formats and E8M0 scale bytes;
 //! - `dequant`: matmuls over stored-quantized weights (`DequantMatMul` and the MoE variants);
 //! - `scaled`: native low-precision GEMM and its operand prep (`ScaledMatMul`, `Scaled*`);
 //! - `fake`: quantization-aware training (`FakeQuantize*` and their backward ops);
@@ -7,7 +9,9 @@
 
 mod dequant;
 mod fake;
+pub mod gguf;
 mod int8;
+pub mod minifloat;
 pub mod scheme;
 mod scaled;
 

@@ -5,21 +5,23 @@
 //! Not decomposed (legalization names them as missing): `DequantMatMul` over GGUF, MLX,
 //! NVFP4-block and two-plane FP4 weights, the MoE variants and `DequantMoEWeights` (their
 //! block decoders are kernel work, OPS.md §5), `FakeQuantize` with an EMA state (its in-place
-//! state update has no primitive form), `ScaledQuantScale`/`ScaledQuantize` (no OPS.md
-//! decomposition), and `QConv2d` (needs `Conv`, not yet specified in rlx-ir).
+//! state update has no primitive form), and `ScaledQuantScale`/`ScaledQuantize` (no OPS.md
+//! decomposition).
 
 mod fake;
 mod scaled;
 
 use super::build::{channel_shape, scalar};
+use rlx_ir::ops::conv::Conv;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
-use rlx_ir::ops::quant::{DequantMatMul, QMatMul, QuantScheme, ScaledFormat};
+use rlx_ir::ops::quant::{DequantMatMul, QConv2d, QMatMul, QuantScheme, ScaledFormat};
 use rlx_ir::{DType, Dim, Graph, IrError, Op, OpKind, Shape, ValueId};
 
 pub const KINDS: &[OpKind] = &[
     OpKind::Quantize,
     OpKind::Dequantize,
     OpKind::QMatMul,
+    OpKind::QConv2d,
     OpKind::DequantMatMul,
     OpKind::FakeQuantize,
     OpKind::FakeQuantizeLSQ,
@@ -35,6 +37,7 @@ pub fn decompose(op: &Op, g: &mut Graph, x: &[ValueId]) -> Option<Result<Vec<Val
         Op::Quantize(q) => quantize(g, x[0], q.axis, &q.scales, &q.zero_points),
         Op::Dequantize(q) => dequantize(g, x[0], q.axis, &q.scales, &q.zero_points),
         Op::QMatMul(q) => qmatmul(g, q, x),
+        Op::QConv2d(q) => qconv2d(g, q, x),
         Op::DequantMatMul(d) => dequant_matmul(g, d, x)?,
         Op::FakeQuantize(f) => fake::fake_quantize(g, f, x)?,
         Op::FakeQuantizeLSQ(f) => fake::lsq(g, f.bits, f.axis, x[0], x[1]),
@@ -106,31 +109,61 @@ fn dequantize(g: &mut Graph, q: ValueId, axis: Option<usize>, scales: &[f32], zp
     g.binary(BinaryOp::Mul, v, s)
 }
 
-/// `Cast` to I32, `Sub` the zero points, I32 `MatMul`, `Add` bias (exact integer
-/// accumulation), then the F32 requantization `clamp(round(acc·mult) + out_zp)` and `Cast I8`.
-fn qmatmul(g: &mut Graph, q: &QMatMul, x: &[ValueId]) -> Result<ValueId, IrError> {
-    let centred = |g: &mut Graph, v: ValueId, zp: i32| -> Result<ValueId, IrError> {
-        let v = g.cast(v, DType::I32)?;
-        if zp == 0 {
-            return Ok(v);
-        }
-        let zp = scalar(g, DType::I32, f64::from(zp))?;
-        g.binary(BinaryOp::Sub, v, zp)
-    };
-    let xi = centred(g, x[0], q.x_zp)?;
-    let wi = centred(g, x[1], q.w_zp)?;
-    let acc = g.matmul(xi, wi)?;
-    let acc = g.binary(BinaryOp::Add, acc, x[2])?;
+/// `v` cast to `dtype`, minus the zero point `zp` (skipped when 0).
+fn centred(g: &mut Graph, v: ValueId, dtype: DType, zp: i32) -> Result<ValueId, IrError> {
+    let v = g.cast(v, dtype)?;
+    if zp == 0 {
+        return Ok(v);
+    }
+    let zp = scalar(g, dtype, f64::from(zp))?;
+    g.binary(BinaryOp::Sub, v, zp)
+}
+
+/// The requantization of `QMatMul`/`QConv2d`: `clamp(round(acc·mult) + out_zp, −128, 127)`
+/// with the accumulator cast to F32 first, then `Cast I8`.
+fn requantize(g: &mut Graph, acc: ValueId, mult: f32, out_zp: i32) -> Result<ValueId, IrError> {
     let acc = g.cast(acc, DType::F32)?;
-    let mult = scalar(g, DType::F32, f64::from(q.mult))?;
+    let mult = scalar(g, DType::F32, f64::from(mult))?;
     let y = g.binary(BinaryOp::Mul, acc, mult)?;
     let mut y = g.activation(ActivationKind::Round, y)?;
-    if q.out_zp != 0 {
-        let zp = scalar(g, DType::F32, f64::from(q.out_zp))?;
+    if out_zp != 0 {
+        let zp = scalar(g, DType::F32, f64::from(out_zp))?;
         y = g.binary(BinaryOp::Add, y, zp)?;
     }
     let y = clamp(g, y, -128.0, 127.0)?;
     g.cast(y, DType::I8)
+}
+
+/// `Cast` to I32, `Sub` the zero points, I32 `MatMul`, `Add` bias (exact integer
+/// accumulation), then the requantization.
+fn qmatmul(g: &mut Graph, q: &QMatMul, x: &[ValueId]) -> Result<ValueId, IrError> {
+    let xi = centred(g, x[0], DType::I32, q.x_zp)?;
+    let wi = centred(g, x[1], DType::I32, q.w_zp)?;
+    let acc = g.matmul(xi, wi)?;
+    let acc = g.binary(BinaryOp::Add, acc, x[2])?;
+    requantize(g, acc, q.mult, q.out_zp)
+}
+
+/// `Cast` to F64, `Sub` the zero points (zero padding of the centred input is padding with
+/// `x_zp`, as ONNX `QLinearConv` does), `Conv` in F64 — products of centred int8 values are
+/// below 2^16 and their sums stay exact integers below 2^53, the I32 accumulator's value —
+/// `Add` the bias, then the requantization.
+fn qconv2d(g: &mut Graph, q: &QConv2d, x: &[ValueId]) -> Result<ValueId, IrError> {
+    let xf = centred(g, x[0], DType::F64, q.x_zp)?;
+    let wf = centred(g, x[1], DType::F64, q.w_zp)?;
+    let conv = Conv {
+        kernel_size: q.kernel_size.clone(),
+        stride: q.stride.clone(),
+        padding: q.padding.clone(),
+        dilation: q.dilation.clone(),
+        groups: q.groups,
+    };
+    let acc = g.conv(xf, wf, conv)?;
+    let bias = g.cast(x[2], DType::F64)?;
+    let c_out = g.ty(bias).shape.dim(0).clone();
+    let bias = g.reshape_to(bias, &channel_shape(4, Some(1), c_out))?;
+    let acc = g.binary(BinaryOp::Add, acc, bias)?;
+    requantize(g, acc, q.mult, q.out_zp)
 }
 
 /// `v` with each entry along `axis` repeated `block` times, cut to `len` entries: a per-block
@@ -262,6 +295,25 @@ mod tests {
     }
 
     #[test]
+    fn qconv2d_convolves_centred_values_in_f64() {
+        let out = lower_text(
+            r#"%0 = Input(name:"x",ty:(dtype:I8,shape:["N",4,7,5]))()
+            %1 = Param(name:"w",ty:(dtype:I8,shape:[6,2,3,3]))()
+            %2 = Param(name:"b",ty:(dtype:I32,shape:[6]))()
+            %3 = QConv2d(kernel_size:[3,3],stride:[2,1],padding:[1,1],dilation:[1,1],groups:2,x_zp:-3,w_zp:0,out_zp:5,mult:0.01)(%0, %1, %2)
+            return %3"#,
+            OpKind::QConv2d,
+            &[OpKind::Conv],
+        );
+        let conv = out.nodes().iter().find(|n| n.op.kind() == OpKind::Conv).unwrap();
+        assert_eq!(conv.outputs[0].dtype, rlx_ir::DType::F64);
+        // Sub x_zp, Add bias, Mul mult, Add out_zp, Max, Min.
+        assert_eq!(count(&out, OpKind::Binary), 6);
+        assert_eq!(out.outputs().len(), 1);
+        assert_eq!(out.ty(out.outputs()[0]).dtype, rlx_ir::DType::I8);
+    }
+
+    #[test]
     fn integer_dequant_matmuls_repeat_block_parameters() {
         let out = lower_text(
             r#"%0 = Input(name:"x",ty:(dtype:F16,shape:["B",7,8]))()
@@ -285,7 +337,7 @@ mod tests {
     #[test]
     fn quant_kinds_of_the_ir_sample_lower() {
         // Without the lines whose kinds or schemes stay kernel work.
-        let kernel_work = ["Gguf", "Mlx", "Nvfp4Block", "MxFp4x2", "Ema(", "QConv2d"];
+        let kernel_work = ["Gguf", "Mlx", "Nvfp4Block", "MxFp4x2", "Ema("];
         let src = include_str!("../../../../rlx-ir/tests/data/quant.rlx");
         let kept: Vec<&str> = src.lines().filter(|l| !kernel_work.iter().any(|w| l.contains(w))).collect();
         let g = rlx_ir::text::parse(&prune_returns(&kept.join("\n"))).unwrap();

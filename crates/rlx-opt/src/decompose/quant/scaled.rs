@@ -1,76 +1,20 @@
 //! Low-precision formats (OPS.md §5 `ScaledMatMul`, §14 `ScaledDequantize`): every format has
-//! at most 256 codes, so decoding is a `Gather` from a 256-entry F32 table built here from the
-//! format's bit layout — bit-exact, NaN and infinities included.
+//! at most 256 codes, so decoding is a `Gather` from a 256-entry F32 table of the format's
+//! values (`rlx_ir::ops::quant::minifloat`) — bit-exact, NaN and infinities included.
 
 use super::{f32_of, repeat_blocks};
 use rlx_ir::ops::elementwise::BinaryOp;
-use rlx_ir::ops::quant::{ScaleLayout, ScaledFormat, ScaledMatMul};
+use rlx_ir::ops::quant::{minifloat, ScaleLayout, ScaledFormat, ScaledMatMul};
 use rlx_ir::{DType, Graph, IrError, Shape, ValueId};
-
-/// How a minifloat spends its top codes.
-#[derive(Clone, Copy, PartialEq)]
-enum Special {
-    /// Every code is a finite number (the MX FP6/FP4 formats and custom minifloats).
-    Finite,
-    /// IEEE-style: the top exponent is ±inf (mantissa 0) or NaN (F8E5M2).
-    Ieee,
-    /// OCP E4M3: only `S.1111.111` is NaN; no infinities.
-    OcpE4M3,
-    /// AMD FNUZ: `0x80` (negative zero's code) is NaN; no infinities.
-    Fnuz,
-}
-
-/// `(exponent bits, mantissa bits, bias, special codes)` of a format.
-fn layout(f: &ScaledFormat) -> (u32, u32, i32, Special) {
-    match *f {
-        ScaledFormat::F8E4M3 => (4, 3, 7, Special::OcpE4M3),
-        ScaledFormat::F8E5M2 => (5, 2, 15, Special::Ieee),
-        ScaledFormat::F8E4M3Fnuz => (4, 3, 8, Special::Fnuz),
-        ScaledFormat::F8E5M2Fnuz => (5, 2, 16, Special::Fnuz),
-        ScaledFormat::F6E2M3 => (2, 3, 1, Special::Finite),
-        ScaledFormat::F6E3M2 => (3, 2, 3, Special::Finite),
-        ScaledFormat::F4E2M1 => (2, 1, 1, Special::Finite),
-        ScaledFormat::Custom { exp_bits, mant_bits, bias } => {
-            let e = u32::from(exp_bits);
-            (e, u32::from(mant_bits), bias.unwrap_or((1 << (e - 1)) - 1), Special::Finite)
-        }
-    }
-}
-
-/// The value of `code` in format `f`. Formats narrower than 8 bits read the low bits of the
-/// byte (the sign is the format's top bit) and ignore the rest.
-fn decode_code(f: &ScaledFormat, code: u8) -> f32 {
-    let (e, m, bias, special) = layout(f);
-    let c = u32::from(code) & ((1 << (1 + e + m)) - 1);
-    let negative = (c >> (e + m)) & 1 == 1;
-    let exp = (c >> m) & ((1 << e) - 1);
-    let man = c & ((1 << m) - 1);
-    let top = (1 << e) - 1;
-    let mag = match special {
-        Special::Fnuz if negative && exp == 0 && man == 0 => return f32::NAN,
-        Special::OcpE4M3 if exp == top && man == (1 << m) - 1 => return f32::NAN,
-        Special::Ieee if exp == top && man != 0 => return f32::NAN,
-        Special::Ieee if exp == top => f64::INFINITY,
-        _ => {
-            let frac = f64::from(man) / f64::from(1u32 << m);
-            if exp == 0 {
-                frac * 2f64.powi(1 - bias)
-            } else {
-                (1.0 + frac) * 2f64.powi(exp as i32 - bias)
-            }
-        }
-    };
-    (if negative { -mag } else { mag }) as f32
-}
 
 /// The 256 decoded values of a format's codes.
 pub(super) fn table(f: &ScaledFormat) -> Vec<f32> {
-    (0..=255u8).map(|c| decode_code(f, c)).collect()
+    (0..=255u8).map(|c| minifloat::decode(f, c)).collect()
 }
 
 /// E8M0 scale bytes: `2^(e − 127)`, with `0xFF` NaN.
 fn e8m0_table() -> Vec<f32> {
-    (0..=255u8).map(|e| if e == 255 { f32::NAN } else { 2f64.powi(i32::from(e) - 127) as f32 }).collect()
+    (0..=255u8).map(minifloat::e8m0).collect()
 }
 
 /// `table[codes]` as F32 of the codes' shape (`Cast` to I32, `Gather`).

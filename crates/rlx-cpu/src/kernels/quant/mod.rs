@@ -1,0 +1,94 @@
+//! Quantized kernels (OPS.md §5, §14): matmuls over weights stored quantized (`DequantMatMul`
+//! under every decodable scheme, the MoE variants, `DequantMoEWeights`) and the operand prep
+//! of low-precision GEMM (`ScaledQuantScale`, `ScaledQuantize`).
+//!
+//! Activations are f32 or f64 (f16/bf16 are widened to f32); products accumulate in the
+//! activation's type and the F32 outputs are rounded once. Weights are decoded block by block
+//! inside the product ([`rows`]) and never materialized whole, except by `DequantMoEWeights`,
+//! whose result is the dequantized stack. The decoders themselves — ggml blocks, minifloats —
+//! are the schemes' semantics and live in rlx-ir (`rlx_ir::ops::quant::{gguf, minifloat}`).
+//!
+//! Errors name the value: K not a multiple of the scheme's block, packed byte counts that
+//! disagree with the declared shape, expert ids outside the stack, and GGUF types rlx cannot
+//! decode (IQ*, TQ*: "unsupported scheme").
+
+mod moe;
+mod rows;
+mod scaled;
+mod weights;
+
+pub use moe::{dequant_grouped_matmul, dequant_grouped_matmul_mlx, dequant_moe_weights};
+pub use scaled::{scaled_quant_scale, scaled_quantize};
+
+use crate::kernels::matmul::widen;
+use crate::view::{In, Out};
+use rlx_ir::ops::quant::DequantMatMul;
+use rlx_ir::DType;
+use rows::Rows;
+
+/// `x [.., m, k] · dequant(W) → [.., m, n]` F32 for every scheme whose weight decodes
+/// ([`weights::dequant_rows`]); `W` is `[n, k]` for GGUF and MLX schemes, `[k, n]` otherwise.
+pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<(), String> {
+    let x = ins[0];
+    let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
+    let w = weights::dequant_rows(&a.scheme, &ins[1..], n, k)?;
+    times_rows(x, &*w, out)
+}
+
+/// `out = x · wᵀ` for float `x` (rows of `w.k()`) into an F32 `out`.
+fn times_rows(x: In, w: &dyn Rows, out: &mut Out) -> Result<(), String> {
+    if out.dtype != DType::F32 {
+        return Err(format!("the output must be f32, got {}", out.dtype));
+    }
+    need_len("x", x.numel(), out.numel() / w.n().max(1) * w.k())?;
+    let o = out.get::<f32>();
+    match x.dtype {
+        DType::F32 => rows::matmul_rows(x.get::<f32>(), w, o),
+        DType::F64 => rows::matmul_rows(x.get::<f64>(), w, o),
+        DType::F16 | DType::BF16 => rows::matmul_rows(&widen(x), w, o),
+        d => return Err(format!("x must be float, got {d}")),
+    }
+    Ok(())
+}
+
+/// An error unless `what` has `want` elements (or bytes).
+fn need_len(what: &str, have: usize, want: usize) -> Result<(), String> {
+    if have == want {
+        Ok(())
+    } else {
+        Err(format!("{what} holds {have} elements (bytes for packed data), but the shapes need {want}"))
+    }
+}
+
+/// A float operand's values as f32.
+fn widen_f32(x: In) -> Result<Vec<f32>, String> {
+    match x.dtype {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(widen(x)),
+        d => Err(format!("scales must be float, got {d}")),
+    }
+}
+
+/// Expert ids (`I8`–`I64`, `U8`, `U32`, or whole-valued F32 truncated toward zero), each
+/// checked to lie in `[0, experts)`.
+fn expert_ids(idx: In, experts: usize) -> Result<Vec<usize>, String> {
+    let raw: Vec<f64> = match idx.dtype {
+        DType::I8 => idx.get::<i8>().iter().map(|&v| f64::from(v)).collect(),
+        DType::U8 => idx.get::<u8>().iter().map(|&v| f64::from(v)).collect(),
+        DType::I16 => idx.get::<i16>().iter().map(|&v| f64::from(v)).collect(),
+        DType::I32 => idx.get::<i32>().iter().map(|&v| f64::from(v)).collect(),
+        DType::U32 => idx.get::<u32>().iter().map(|&v| f64::from(v)).collect(),
+        DType::I64 => idx.get::<i64>().iter().map(|&v| v as f64).collect(),
+        DType::F32 => idx.get::<f32>().iter().map(|&v| f64::from(v).trunc()).collect(),
+        d => return Err(format!("expert_idx must be integers, got {d}")),
+    };
+    raw.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v >= 0.0 && v < experts as f64 {
+                Ok(v as usize)
+            } else {
+                Err(format!("expert_idx[{i}] = {v} is outside the {experts} experts of the weight stack"))
+            }
+        })
+        .collect()
+}
