@@ -3,11 +3,12 @@
 use super::Vjp;
 use crate::Result;
 use rlx_ir::ops::elementwise::{BinaryOp, CmpOp};
+use rlx_ir::ops::index::ScatterReduction;
 use rlx_ir::ops::reduce::{CumsumBackward, Reduce, ReduceOp};
 use rlx_ir::{Dim, Graph, Op, OpKind, Shape, ValueId};
 use rlx_opt::decompose::build::scalar;
 
-pub const KINDS: &[OpKind] = &[OpKind::Reduce, OpKind::Cumsum, OpKind::CumsumBackward];
+pub const KINDS: &[OpKind] = &[OpKind::Reduce, OpKind::Cumsum, OpKind::CumsumBackward, OpKind::TopK, OpKind::Sort];
 
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     Some(match op {
@@ -20,6 +21,8 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
             v.g.add1(CumsumBackward { axis: c.axis, exclusive: c.exclusive }, &[dy]).map(|d| vec![Some(d)]).map_err(Into::into)
         }
         Op::CumsumBackward(c) => cumsum_backward(c, v),
+        Op::TopK(_) => top_k(v),
+        Op::Sort(s) => sort(s.axis, s.descending, v),
         _ => return None,
     })
 }
@@ -83,4 +86,25 @@ fn cumsum_backward(c: &CumsumBackward, v: &mut Vjp) -> Result<Vec<Option<ValueId
     let ct = v.ct(0)?;
     let d = v.g.add1(rlx_ir::ops::reduce::Cumsum { axis: c.axis, exclusive: c.exclusive }, &[ct])?;
     Ok(vec![Some(d)])
+}
+
+/// `ȳ` scattered to the positions `perm` read along `axis` (zeros elsewhere).
+fn scatter_back(v: &mut Vjp, perm: ValueId, dy: ValueId, axis: usize) -> Result<ValueId> {
+    let zeros = crate::reverse::zeros_like(v.g, v.inputs[0])?;
+    Ok(v.g.scatter_elements(zeros, perm, dy, axis as i32, ScatterReduction::Add)?)
+}
+
+/// Values: `ȳ` back to the positions the indices output names, on the last axis; the
+/// indices carry none.
+fn top_k(v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (idx, dy) = (v.outputs[1], v.ct(0)?);
+    let axis = v.g.ty(v.inputs[0]).rank() - 1;
+    Ok(vec![Some(scatter_back(v, idx, dy, axis)?)])
+}
+
+/// `x̄[perm[i]] = ȳ[i]` along `axis`, `perm` the stable `ArgSort` the kernel applies.
+fn sort(axis: usize, descending: bool, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let dy = v.ct(0)?;
+    let perm = v.g.arg_sort(v.inputs[0], axis, descending)?;
+    Ok(vec![Some(scatter_back(v, perm, dy, axis)?)])
 }

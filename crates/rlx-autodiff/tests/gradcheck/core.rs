@@ -101,6 +101,96 @@ pub const CASES: &[Case] = &[
         tol: F64,
     },
     Case {
+        name: "activation backward (second order)",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[2,6]))()
+            %1 = Input(name:"dy",ty:(dtype:F64,shape:[2,6]))()
+            %2 = ActivationBackward(kind:Gelu)(%0, %1)
+            %3 = ActivationBackward(kind:GeluApprox)(%0, %1)
+            %4 = ActivationBackward(kind:Silu)(%0, %1)
+            %5 = ActivationBackward(kind:Relu)(%0, %1)
+            %6 = ActivationBackward(kind:Sigmoid)(%0, %1)
+            %7 = ActivationBackward(kind:Tanh)(%0, %1)
+            %8 = ActivationBackward(kind:Exp)(%0, %1)
+            %9 = ActivationBackward(kind:Neg)(%0, %1)
+            %10 = ActivationBackward(kind:Abs)(%0, %1)
+            %11 = ActivationBackward(kind:Sin)(%0, %1)
+            %12 = ActivationBackward(kind:Cos)(%0, %1)
+            %13 = ActivationBackward(kind:Atan)(%0, %1)
+            %14 = ActivationBackward(kind:Round)(%0, %1)
+            %15 = ActivationBackward(kind:Floor)(%0, %1)
+            %16 = ActivationBackward(kind:Ceil)(%0, %1)
+            %17 = ActivationBackward(kind:Sign)(%0, %1)
+            %18 = ActivationBackward(kind:Softplus)(%0, %1)
+            %19 = ActivationBackward(kind:Elu)(%0, %1)
+            %20 = ActivationBackward(kind:Erf)(%0, %1)
+            %21 = ActivationBackward(kind:HardSwish)(%0, %1)
+            %22 = ActivationBackward(kind:HardSigmoid)(%0, %1)
+            %23 = ActivationBackward(kind:Mish)(%0, %1)
+            %24 = ActivationBackward(kind:Softsign)(%0, %1)
+            %25 = ActivationBackward(kind:LogSigmoid)(%0, %1)
+            %26 = ActivationBackward(kind:Tan)(%0, %1)
+            return %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26"#,
+        domains: &[],
+        tol: F64,
+    },
+    Case {
+        name: "activation backward on positive inputs",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[7]))()
+            %1 = Input(name:"dy",ty:(dtype:F64,shape:[7]))()
+            %2 = ActivationBackward(kind:Log)(%0, %1)
+            %3 = ActivationBackward(kind:Sqrt)(%0, %1)
+            %4 = ActivationBackward(kind:Rsqrt)(%0, %1)
+            %5 = ActivationBackward(kind:Recip)(%0, %1)
+            return %2, %3, %4, %5"#,
+        domains: &[("x", Positive)],
+        tol: F64,
+    },
+    Case {
+        name: "spline backward ops (second order, via decomposition)",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[4,3]))()
+            %1 = Input(name:"coeff",ty:(dtype:F64,shape:[3,5]))()
+            %2 = Input(name:"dy",ty:(dtype:F64,shape:[4,3]))()
+            %3 = SplineActivationBackwardX(num_basis:5,grid_min:-2,grid_max:2)(%0, %1, %2)
+            %4 = SplineActivationBackwardCoeff(num_basis:5,grid_min:-2,grid_max:2)(%0, %2)
+            return %3, %4"#,
+        domains: &[],
+        tol: F64,
+    },
+    Case {
+        name: "dense cross-entropy and the sparse one's backward",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[3,5]))()
+            %1 = Input(name:"targets",ty:(dtype:F64,shape:[3,5]))()
+            %2 = SoftmaxCrossEntropy()(%0, %1)
+            %3 = Input(name:"labels",ty:(dtype:I64,shape:[3]))()
+            %4 = Input(name:"dloss",ty:(dtype:F64,shape:[3]))()
+            %5 = SoftmaxCrossEntropyBackward(ignore_index:None)(%0, %3, %4)
+            return %2, %5"#,
+        domains: &[("labels", Below(5))],
+        tol: F64,
+    },
+    Case {
+        name: "running products and maxima",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[3,5]))()
+            %1 = CumProd(axis:1,exclusive:false)(%0)
+            %2 = CumProd(axis:-2,exclusive:true)(%0)
+            %3 = CumMax(axis:1,exclusive:false)(%0)
+            %4 = CumMax(axis:0,exclusive:true)(%0)
+            %5 = Binary(op:Max)(%4, %0)
+            return %1, %2, %3, %5"#,
+        domains: &[],
+        tol: F64,
+    },
+    Case {
+        name: "sort and top-k values",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[3,5]))()
+            %1 = Sort(axis:1,descending:false)(%0)
+            %2 = Sort(axis:0,descending:true)(%0)
+            %3 = TopK(k:2)(%0)
+            return %1, %2, %3, %3.1"#,
+        domains: &[],
+        tol: F64,
+    },
+    Case {
         name: "batched matmul with a broadcast operand",
         src: r#"%0 = Input(name:"a",ty:(dtype:F64,shape:[2,3,4]))()
             %1 = Input(name:"b",ty:(dtype:F64,shape:[4,5]))()
