@@ -79,7 +79,7 @@ fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId]) -> Re
             continue;
         }
         let wanted: Vec<bool> =
-            node.inputs.iter().map(|v| from_target[v.node.index()] && g.ty(*v).dtype.is_float()).collect();
+            node.inputs.iter().map(|v| from_target[v.node.index()] && rules::has_cotangent(g, *v)).collect();
         let mut vjp = Vjp { g: &mut *g, inputs: &node.inputs, outputs: &outs, cts: &out_cts, wanted: &wanted };
         let in_cts = rules::vjp(&node.op, &mut vjp).unwrap_or_else(|| Err(AdError::NoRule(vec![node.op.kind()])))?;
         for ((&v, ct), want) in node.inputs.iter().zip(in_cts).zip(&wanted) {

@@ -7,6 +7,8 @@ mod harness;
 mod core;
 #[path = "gradcheck/index.rs"]
 mod index;
+#[path = "gradcheck/quant.rs"]
+mod quant;
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;
@@ -14,12 +16,18 @@ use std::collections::BTreeSet;
 
 /// Every family's cases.
 fn all_cases() -> Vec<&'static harness::Case> {
-    core::CASES.iter().chain(index::CASES).collect()
+    core::CASES.iter().chain(index::CASES).chain(quant::CASES).collect()
 }
 
 #[test]
 fn gradients_match_central_differences() {
     let failures: Vec<String> = all_cases().into_iter().filter_map(|c| harness::check(c).err()).collect();
+    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn straight_through_gradients_match_their_stop_gradient_forms() {
+    let failures: Vec<String> = quant::STE.iter().filter_map(|c| quant::check_ste(c).err()).collect();
     assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
 }
 
@@ -43,23 +51,6 @@ const PENDING: &[&str] = &[
     "LoraMatMul",
     "SynthMatMul",
     "SynthReconstruct",
-    "ScaledMatMul",
-    "ScaledQuantize",
-    "ScaledQuantScale",
-    "ScaledDequantize",
-    "DequantMatMul",
-    "DequantGroupedMatMul",
-    "DequantGroupedMatMulMlx",
-    "DequantMoEWeights",
-    "Quantize",
-    "Dequantize",
-    "FakeQuantize",
-    "FakeQuantizeLSQ",
-    "FakeQuantizeLSQBackwardX",
-    "FakeQuantizeLSQBackwardScale",
-    "FakeQuantizeBackward",
-    "QMatMul",
-    "QConv2d",
     "LayerNorm",
     "LayerNorm2d",
     "GroupNorm",
@@ -82,7 +73,6 @@ const PENDING: &[&str] = &[
     "Rope",
     "RopeBackward",
     "AxialRope2d",
-    "KvAppend",
     "Conv",
     "Conv3d",
     "ConvTranspose2d",
@@ -158,7 +148,7 @@ const PENDING: &[&str] = &[
 #[test]
 fn every_kind_is_checked_non_differentiable_or_listed_as_pending() {
     let mut checked = BTreeSet::new();
-    for case in all_cases() {
+    for case in all_cases().into_iter().chain(quant::STE.iter().map(|(c, _)| c)) {
         let g = rlx_ir::text::parse(case.src).unwrap();
         checked.extend(g.nodes().iter().map(|n| n.op.kind()));
     }

@@ -8,6 +8,7 @@
 mod elementwise;
 mod index;
 mod matmul;
+mod quant;
 mod reduce;
 mod shape;
 mod softmax;
@@ -49,6 +50,7 @@ const FAMILIES: &[(&[OpKind], Rule)] = &[
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
     (matmul::KINDS, matmul::vjp),
+    (quant::KINDS, quant::vjp),
     (reduce::KINDS, reduce::vjp),
     (shape::KINDS, shape::vjp),
     (softmax::KINDS, softmax::vjp),
@@ -67,7 +69,15 @@ pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
     (OpKind::RngNormal, "random draws do not depend on operands"),
     (OpKind::RngUniform, "random draws do not depend on operands"),
     (OpKind::Sample, "a discrete draw"),
+    (OpKind::DequantMoEWeights, "materializes frozen quantized weights"),
+    (OpKind::KvAppend, "a state update (in-place cache write)"),
 ];
+
+/// Whether a cotangent flows into `v`: float values, and the integer outputs of the
+/// straight-through quantizers (an F32 cotangent).
+pub fn has_cotangent(g: &Graph, v: ValueId) -> bool {
+    g.ty(v).dtype.is_float() || quant::STRAIGHT_THROUGH.contains(&g.node(v.node).op.kind())
+}
 
 /// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.
 pub fn has_rule(kind: OpKind) -> bool {

@@ -22,6 +22,9 @@ pub enum Domain {
     /// Distinct integers in `[0, n)` (a prefix of a random permutation): scatter targets
     /// that must not collide.
     Distinct(u32),
+    /// As `Positive`, for an operand that receives no gradient by definition (a frozen
+    /// quantization scale): its gradient must come out exactly zero, with no finite difference.
+    Frozen,
 }
 
 /// One gradient check.
@@ -62,7 +65,7 @@ impl Rng {
     }
 }
 
-fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
+pub fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
     let dims: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().expect("gradient cases use static shapes")).collect();
     let n: usize = dims.iter().product();
     let values: Vec<f64> = match domain {
@@ -76,7 +79,7 @@ fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
         }
         _ => (0..n)
             .map(|_| match domain {
-                Domain::Positive => 0.5 + 1.5 * rng.uniform(),
+                Domain::Positive | Domain::Frozen => 0.5 + 1.5 * rng.uniform(),
                 Domain::Below(k) => (rng.uniform() * f64::from(k)).floor(),
                 _ => rng.normal(),
             })
@@ -87,13 +90,16 @@ fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
         DType::F32 => Tensor::from_vec(values.iter().map(|&v| v as f32).collect(), &dims).unwrap(),
         DType::I64 => Tensor::from_vec(values.iter().map(|&v| v as i64).collect(), &dims).unwrap(),
         DType::I32 => Tensor::from_vec(values.iter().map(|&v| v as i32).collect(), &dims).unwrap(),
-        d => panic!("gradient cases draw f32, f64, i32 or i64 inputs, not {d}"),
+        DType::I8 => Tensor::from_vec(values.iter().map(|&v| v as i8).collect(), &dims).unwrap(),
+        DType::U8 => Tensor::from_vec(values.iter().map(|&v| v as u8).collect(), &dims).unwrap(),
+        DType::U32 => Tensor::from_vec(values.iter().map(|&v| v as u32).collect(), &dims).unwrap(),
+        d => panic!("gradient cases draw f32, f64 or integer inputs, not {d}"),
     }
 }
 
 /// The case's graph with one extra weight input per float output and a scalar loss
 /// `Σ_i Σ w_i·y_i` as its only output; returns the graph and the weight input names.
-fn with_loss(g: &Graph) -> (Graph, Vec<String>) {
+pub fn with_loss(g: &Graph) -> (Graph, Vec<String>) {
     let mut g = g.clone();
     let mut loss: Option<ValueId> = None;
     let mut weights = Vec::new();
@@ -134,8 +140,7 @@ pub fn check(case: &Case) -> Result<(), String> {
     let mut values: Vec<(String, Tensor)> = sources
         .iter()
         .map(|(n, t)| {
-            let domain = case.domains.iter().find(|(d, _)| d == n).map_or(Domain::Normal, |(_, d)| *d);
-            (n.clone(), draw(&mut rng, t, domain))
+            (n.clone(), draw(&mut rng, t, domain(case, n)))
         })
         .collect();
     let run = |c: &mut rlx_runtime::CompiledGraph, values: &[(String, Tensor)]| -> Result<Vec<Tensor>, String> {
@@ -145,6 +150,12 @@ pub fn check(case: &Case) -> Result<(), String> {
     let analytic = run(&mut bwd, &values)?;
     for (k, name) in wrt.iter().enumerate() {
         let got = analytic[1 + k].to_f64_vec();
+        if matches!(domain(case, name), Domain::Frozen) {
+            if got.iter().any(|&v| v != 0.0) {
+                return Err(format!("{}: the frozen `{name}` got a gradient {got:?}", case.name));
+            }
+            continue;
+        }
         let idx = values.iter().position(|(n, _)| n == name).unwrap();
         let base = values[idx].1.clone();
         let xs = base.to_f64_vec();
@@ -171,6 +182,11 @@ pub fn check(case: &Case) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How `case` draws its input `name`.
+pub fn domain(case: &Case, name: &str) -> Domain {
+    case.domains.iter().find(|(d, _)| *d == name).map_or(Domain::Normal, |(_, d)| *d)
 }
 
 fn retype(values: &[f64], like: &Tensor) -> Tensor {
