@@ -30,10 +30,12 @@ pub fn grad(g: &Graph, loss: ValueId, wrt: &[&str]) -> Result<Graph> {
     Ok(g)
 }
 
-/// `g` with every op that has no VJP rule lowered through its decomposition.
+/// `g` with every op that has no VJP rule lowered through its decomposition, and every
+/// `CustomFn` without a `vjp_body` inlined.
 fn prepare(g: &Graph) -> Result<Graph> {
     let claims: Vec<OpKind> = OpKind::ALL.iter().copied().filter(|&k| rules::has_rule(k)).collect();
-    match rlx_opt::legalize(g, "autodiff", &claims) {
+    let g = rules::custom::inline_plain_custom_fns(g)?;
+    match rlx_opt::legalize(&g, "autodiff", &claims) {
         Ok((out, _)) => Ok(out),
         Err(LegalizeError::Missing { kinds, .. }) => Err(AdError::NoRule(kinds)),
         Err(LegalizeError::Ir(e)) => Err(e.into()),

@@ -15,6 +15,8 @@ mod fused;
 mod matmul;
 #[path = "gradcheck/rnn.rs"]
 mod rnn;
+#[path = "gradcheck/control.rs"]
+mod control;
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;
@@ -22,7 +24,7 @@ use std::collections::BTreeSet;
 
 /// Every family's cases.
 fn all_cases() -> Vec<&'static harness::Case> {
-    core::CASES.iter().chain(index::CASES).chain(quant::CASES).chain(fused::CASES).chain(matmul::CASES).chain(rnn::CASES).collect()
+    core::CASES.iter().chain(index::CASES).chain(quant::CASES).chain(fused::CASES).chain(matmul::CASES).chain(rnn::CASES).chain(control::CASES).collect()
 }
 
 #[test]
@@ -119,19 +121,12 @@ const PENDING: &[&str] = &[
     "GaussianSplatRenderBackward",
     "GaussianSplatPrepare",
     "GaussianSplatRasterize",
-    "If",
-    "While",
-    "Scan",
-    "ScanBackward",
-    "ScanBackwardXs",
-    "Custom",
-    "CustomFn",
 ];
 
 #[test]
 fn every_kind_is_checked_non_differentiable_or_listed_as_pending() {
     let mut checked = BTreeSet::new();
-    for case in all_cases().into_iter().chain(quant::STE.iter().map(|(c, _)| c)) {
+    for case in all_cases().into_iter().chain(quant::STE.iter().map(|(c, _)| c)).chain([&control::CUSTOM]) {
         let g = rlx_ir::text::parse(case.src).unwrap();
         checked.extend(g.nodes().iter().map(|n| n.op.kind()));
     }

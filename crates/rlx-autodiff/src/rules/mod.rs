@@ -5,6 +5,7 @@
 //! [`NON_DIFFERENTIABLE`] pass no gradient by definition; kinds with neither are lowered
 //! through their decomposition before the sweep.
 
+pub(crate) mod custom;
 mod elementwise;
 mod index;
 mod matmul;
@@ -12,6 +13,8 @@ mod quant;
 mod reduce;
 mod shape;
 mod softmax;
+
+pub use custom::{register_custom_vjp, CustomVjp};
 
 use crate::{reverse, Result};
 use rlx_ir::{Graph, Op, OpKind, ValueId};
@@ -47,6 +50,7 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 
 /// Every family's differentiable kinds and its rule.
 const FAMILIES: &[(&[OpKind], Rule)] = &[
+    (custom::KINDS, custom::vjp),
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
     (matmul::KINDS, matmul::vjp),

@@ -23,6 +23,8 @@ mod rnn;
 mod shape;
 mod softmax;
 mod ssm;
+
+pub use control::inline;
 // spd
 mod spd;
 
