@@ -281,16 +281,18 @@ fn dequant_grouped_mlx(m: &DequantGroupedMatMulMlx, v: &mut Vjp) -> Result<Vec<O
 /// updated in place before use, so no graph value holds its scale: only `Identity` works there.
 fn fake_quantize(f: &FakeQuantize, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     let (x, dy) = (v.inputs[0], v.ct(0)?);
+    let backward = FakeQuantizeBackward { bits: f.bits, axis: f.axis, ste: f.ste };
     let dx = match (f.ste, f.scale_mode) {
         (SteKind::Identity, _) => dy,
-        (_, ScaleMode::PerBatch) => v.g.add1(FakeQuantizeBackward { bits: f.bits, axis: f.axis, ste: f.ste }, &[x, dy])?,
-        (_, ScaleMode::Fixed) => {
-            v.g.add1(FakeQuantizeBackward { bits: f.bits, axis: f.axis, ste: f.ste }, &[x, dy, v.inputs[1]])?
-        }
+        (_, ScaleMode::PerBatch) => v.g.add1(backward, &[x, dy])?,
+        (_, ScaleMode::Fixed) => v.g.add1(backward, &[x, dy, v.inputs[1]])?,
         (ste, ScaleMode::Ema { .. }) => {
             return Err(AdError::Rule {
                 op: "FakeQuantize",
-                msg: format!("the {ste:?} estimator needs the EMA scale, which the op updates in place; use Identity or a Fixed state"),
+                msg: format!(
+                    "the {ste:?} estimator needs the EMA scale, which the op updates in place; \
+                     use Identity or a Fixed state"
+                ),
             })
         }
     };

@@ -337,3 +337,21 @@ pub fn check_ste((case, form): &(Case, &str)) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[test]
+fn ema_fake_quantization_takes_only_the_identity_estimator() {
+    let src = |ste: &str| {
+        format!(
+            r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[4]))()
+            %1 = Input(name:"m",ty:(dtype:F32,shape:[1]))()
+            %2 = FakeQuantize(bits:8,axis:None,ste:{ste},scale_mode:Ema(decay:0.9))(%0, %1)
+            %3 = Reduce(op:Sum,axes:[0],keep_dim:false)(%2)
+            return %3"#
+        )
+    };
+    let g = rlx_ir::text::parse(&src("Identity")).unwrap();
+    grad(&g, g.outputs()[0], &["x"]).unwrap();
+    let g = rlx_ir::text::parse(&src("Tanh")).unwrap();
+    let e = grad(&g, g.outputs()[0], &["x"]).unwrap_err().to_string();
+    assert!(e.contains("EMA scale"), "{e}");
+}
