@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, softmax, ssm};
+use crate::kernels::{attention, conv, elementwise, index, matmul, norm, random, reduce, rnn, shape, softmax, splat, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -108,6 +108,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::SelectiveScan(a) => ssm::selective_scan(a, ins, out),
         Op::Mamba2(a) => ssm::mamba2(a, ins, out),
         Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
+        // splat
+        Op::GaussianSplatRender(a) => splat::gaussian_splat_render(a, ins, out),
+        Op::GaussianSplatPrepare(a) => splat::gaussian_splat_prepare(a, ins, out),
+        Op::GaussianSplatRasterize(a) => splat::gaussian_splat_rasterize(a, ins, out),
+        Op::GaussianSplatRenderBackward(a) => splat::gaussian_splat_render_backward(a, ins, outs),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

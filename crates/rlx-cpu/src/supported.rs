@@ -106,5 +106,10 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // splat
+        GaussianSplatRender,
+        GaussianSplatPrepare,
+        GaussianSplatRasterize,
+        GaussianSplatRenderBackward,
     ]
 };

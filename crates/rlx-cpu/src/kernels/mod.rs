@@ -18,6 +18,8 @@ pub mod random;
 // rnn, ssm
 pub mod rnn;
 pub mod ssm;
+// splat
+pub mod splat;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
