@@ -66,13 +66,13 @@ impl Camera {
         }
         let ahead = sub(target, eye);
         let dist = dot(ahead, ahead).sqrt();
-        if !(dist > 0.0) {
+        if dist == 0.0 {
             return Err(format!("camera position {eye:?} equals the target: no view direction"));
         }
         let forward = scaled(ahead, 1.0 / dist);
         let side = cross(forward, up);
         let len = dot(side, side).sqrt();
-        if !(len > 1e-12 * dot(up, up).sqrt()) {
+        if len <= 1e-12 * dot(up, up).sqrt() {
             return Err(format!("camera up {up:?} is zero or parallel to the view direction {forward:?}"));
         }
         let right = scaled(side, 1.0 / len);

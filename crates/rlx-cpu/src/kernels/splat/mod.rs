@@ -4,14 +4,15 @@
 //! Scene (flat F32, `N` splats): `positions [3N]`, `scales [3N]` (log), `rotations [4N]`
 //! (quaternion x, y, z, w; normalized here), `opacities [N]` (logits), `colors [3N]` (linear
 //! RGB), `sh_coeffs [N·S·3]` (coefficient-major, RGB last), `meta [23]` (camera and settings,
-//! see [`camera`]). Output `[H·W·4]`, row-major pixels of `(R, G, B, A)`.
+//! see `camera.rs`). Output `[H·W·4]`, row-major pixels of `(R, G, B, A)`.
 //!
-//! Pipeline ([`project`], [`raster`]):
+//! Pipeline (`camera.rs`, `project.rs`, `raster.rs`; the backward's chain rule in `backward.rs`):
 //! 1. camera from `meta` (look-at, OpenCV axes: x right, y down, z forward; pixel `(x, y)` sits
 //!    at integer coordinates, principal point `((W−1)/2, (H−1)/2)`, square pixels);
 //! 2. per splat: visible iff `near < t_z < far`; `Σ = R·S·Sᵀ·Rᵀ`, `Σ' = J·V·Σ·Vᵀ·Jᵀ + 0.3·I`
 //!    (the paper's EWA projection and its 0.3 px² low-pass dilation, without opacity
-//!    compensation, as the reference implementation does); `conic = Σ'⁻¹`; screen radius
+//!    compensation, as the reference implementation does; `J` is taken at `t_x/t_z`, `t_y/t_z`
+//!    clamped to ±1.3·tan(half fov), as there too); `conic = Σ'⁻¹`; screen radius
 //!    `ceil(radius_scale·√λ_max(Σ'))`; opacity `sigmoid(logit)`;
 //! 3. tile rectangles and (tile, depth) pairs, at most `max_list_entries`, stably sorted;
 //! 4. per pixel, front to back over its tile's list: `α = min(0.99, o·exp(−½·dᵀ·conic·d))`,
@@ -35,13 +36,13 @@
 //! `Render` is a kernel rather than the decomposition `Rasterize(Prepare(·))`: both stages are
 //! native here anyway, and the fused kernel keeps the intermediates in f64 instead of packing
 //! them into an F32 buffer of `15N + max_list_entries + 2·tiles + 3·W·H + 11` floats. The two
-//! agree up to that rounding (see [`pack`] for the buffer layout).
+//! agree up to that rounding (`pack.rs` has the buffer layout).
 
 mod backward;
-pub mod camera;
+mod camera;
 mod pack;
-pub mod project;
-pub mod raster;
+mod project;
+mod raster;
 
 use crate::view::{In, Out};
 use camera::Camera;
@@ -146,7 +147,7 @@ pub fn gaussian_splat_render(a: &GaussianSplatRender, ins: &[In], out: &mut Out)
     Ok(())
 }
 
-/// `GaussianSplatPrepare`: the 7 scene inputs → the prepare buffer (layout in [`pack`]).
+/// `GaussianSplatPrepare`: the 7 scene inputs → the prepare buffer (layout in `pack.rs`).
 pub fn gaussian_splat_prepare(a: &GaussianSplatPrepare, ins: &[In], out: &mut Out) -> Result<(), String> {
     let s = settings!(a);
     let cam = Camera::from_meta(ins[6].get::<f32>(), &s)?;

@@ -17,7 +17,7 @@ use super::project::Splat;
 use super::raster::Bins;
 use super::Settings;
 
-/// Marks a buffer written by [`write`] (0x3D65, "3DGS").
+/// Marks a buffer written by [`write()`] (0x3D65, "3DGS").
 pub const TAG: f32 = 15717.0;
 const HEADER: usize = 11;
 const PER_SPLAT: usize = 15;
@@ -63,7 +63,7 @@ fn index(v: f32, bound: usize, at: usize, what: &str) -> Result<usize, String> {
     }
 }
 
-/// Unpacks a buffer [`write`] made for the same settings.
+/// Unpacks a buffer [`write()`] made for the same settings.
 pub fn read(prep: &[f32], s: &Settings) -> Result<(Vec<Splat>, Bins), String> {
     let tiles = s.tiles_x() * s.tiles_y();
     let n = (prep.len() - HEADER - s.max_list - 2 * tiles - 3 * s.pixels()) / PER_SPLAT;
