@@ -128,4 +128,35 @@ pub const CASES: &[Case] = &[
         domains: &[],
         tol: F64,
     },
+    Case {
+        name: "rope backward, both styles",
+        src: r#"%0 = Input(name:"dy",ty:(dtype:F64,shape:[2,3,8]))()
+            %1 = Input(name:"positions",ty:(dtype:I64,shape:[3,2]))()
+            %2 = Cast(to:F64)(%1)
+            %3 = Activation(kind:Cos)(%2)
+            %4 = Activation(kind:Sin)(%2)
+            %5 = RopeBackward(head_dim:4,n_rot:4,style:NeoX)(%0, %3, %4)
+            %6 = RopeBackward(head_dim:4,n_rot:2,style:GptJ)(%0, %3, %4)
+            return %5, %6"#,
+        domains: &[("positions", Below(50))],
+        tol: F64,
+    },
+    Case {
+        name: "attention backward ops, differentiated through their decompositions",
+        src: r#"%0 = Input(name:"q",ty:(dtype:F64,shape:[1,2,3,2]))()
+            %1 = Input(name:"k",ty:(dtype:F64,shape:[1,2,4,2]))()
+            %2 = Input(name:"v",ty:(dtype:F64,shape:[1,2,4,2]))()
+            %3 = Input(name:"dy",ty:(dtype:F64,shape:[1,2,3,2]))()
+            %4 = AttentionBackward(num_heads:2,head_dim:2,mask_kind:Causal,wrt:Query)(%0, %1, %2, %3)
+            %5 = AttentionBackward(num_heads:2,head_dim:2,mask_kind:SlidingWindow(2),wrt:Key)(%0, %1, %2, %3)
+            %6 = AttentionBackward(num_heads:2,head_dim:2,mask_kind:None,wrt:Value)(%0, %1, %2, %3)
+            %7 = Input(name:"keep",ty:(dtype:I64,shape:[1,4]))()
+            %8 = Cast(to:F64)(%7)
+            %9 = AttentionBackwardAll(num_heads:2,head_dim:2,mask_kind:Custom)(%0, %1, %2, %3, %8)
+            %10 = Input(name:"bias",ty:(dtype:F64,shape:[3,4]))()
+            %11 = AttentionBackwardAll(num_heads:2,head_dim:2,mask_kind:Bias)(%0, %1, %2, %3, %10)
+            return %4, %5, %6, %9.0, %9.1, %9.2, %11.0, %11.1, %11.2"#,
+        domains: &[("keep", Below(2))],
+        tol: F64,
+    },
 ];

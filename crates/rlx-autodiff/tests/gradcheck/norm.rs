@@ -43,4 +43,29 @@ pub const CASES: &[Case] = &[
         domains: &[("mean_units", Below(3)), ("log_var_units", Below(3))],
         tol: F64,
     },
+    Case {
+        name: "norm backward ops, differentiated through their decompositions",
+        src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[2,4,3]))()
+            %1 = Input(name:"dy",ty:(dtype:F64,shape:[2,4,3]))()
+            %2 = Input(name:"g3",ty:(dtype:F64,shape:[3]))()
+            %3 = Input(name:"b3",ty:(dtype:F64,shape:[3]))()
+            %4 = LayerNormBackwardInput(axis:-1,eps:0.00001)(%0, %2, %1)
+            %5 = LayerNormBackwardGamma(axis:-1,eps:0.00001)(%0, %1)
+            %6 = RmsNormBackwardInput(axis:-1,eps:0.000001)(%0, %2, %3, %1)
+            %7 = RmsNormBackwardGamma(axis:-1,eps:0.000001)(%0, %2, %3, %1)
+            %8 = RmsNormBackwardBeta(axis:-1,eps:0.000001)(%0, %2, %3, %1)
+            %9 = Input(name:"g4",ty:(dtype:F64,shape:[4]))()
+            %10 = Input(name:"b4",ty:(dtype:F64,shape:[4]))()
+            %11 = GroupNormBackwardInput(num_groups:2,eps:0.00001)(%0, %9, %10, %1)
+            %12 = GroupNormBackwardGamma(num_groups:2,eps:0.00001)(%0, %1)
+            %13 = GroupNormBackwardBeta(num_groups:2,eps:0.00001)(%0, %1)
+            %14 = Input(name:"mean",ty:(dtype:F64,shape:[4]))()
+            %15 = Input(name:"var",ty:(dtype:F64,shape:[4]))()
+            %16 = BatchNormInferenceBackwardInput(eps:0.001,axis:1)(%0, %9, %14, %15, %1)
+            %17 = BatchNormInferenceBackwardGamma(eps:0.001,axis:1)(%0, %14, %15, %1)
+            %18 = BatchNormInferenceBackwardBeta(axis:1)(%1)
+            return %4, %5, %6, %7, %8, %11, %12, %13, %16, %17, %18"#,
+        domains: &[("var", Positive)],
+        tol: F64,
+    },
 ];
