@@ -159,4 +159,37 @@ pub const CASES: &[Case] = &[
         domains: &[("keep", Below(2))],
         tol: F64,
     },
+    Case {
+        name: "a char-level transformer block: embedding, norms, rope, causal attention, cross-entropy",
+        src: r#"%0 = Input(name:"tokens",ty:(dtype:I64,shape:[1,4]))()
+            %1 = Input(name:"embed",ty:(dtype:F64,shape:[5,8]))()
+            %2 = Gather(axis:0)(%1, %0)
+            %3 = Input(name:"ln_g",ty:(dtype:F64,shape:[8]))()
+            %4 = Input(name:"ln_b",ty:(dtype:F64,shape:[8]))()
+            %5 = LayerNorm(axis:-1,eps:0.00001)(%2, %3, %4)
+            %6 = Input(name:"wq",ty:(dtype:F64,shape:[8,8]))()
+            %7 = Input(name:"wk",ty:(dtype:F64,shape:[8,8]))()
+            %8 = Input(name:"wv",ty:(dtype:F64,shape:[8,8]))()
+            %9 = MatMul()(%5, %6)
+            %10 = MatMul()(%5, %7)
+            %11 = MatMul()(%5, %8)
+            %12 = Input(name:"positions",ty:(dtype:I64,shape:[4,2]))()
+            %13 = Cast(to:F64)(%12)
+            %14 = Activation(kind:Cos)(%13)
+            %15 = Activation(kind:Sin)(%13)
+            %16 = Rope(head_dim:4,n_rot:4,style:NeoX)(%9, %14, %15)
+            %17 = Rope(head_dim:4,n_rot:4,style:NeoX)(%10, %14, %15)
+            %18 = Attention(num_heads:2,head_dim:4,v_head_dim:None,mask_kind:Causal,score_scale:None,attn_logit_softcap:None)(%16, %17, %11)
+            %19 = Binary(op:Add)(%2, %18)
+            %20 = Input(name:"rms_g",ty:(dtype:F64,shape:[8]))()
+            %21 = Input(name:"rms_b",ty:(dtype:F64,shape:[8]))()
+            %22 = RmsNorm(axis:-1,eps:0.000001,flatten_leading:true)(%19, %20, %21)
+            %23 = Input(name:"wout",ty:(dtype:F64,shape:[8,5]))()
+            %24 = MatMul()(%22, %23)
+            %25 = Input(name:"labels",ty:(dtype:I64,shape:[4]))()
+            %26 = SoftmaxCrossEntropyWithLogits(ignore_index:None)(%24, %25)
+            return %26"#,
+        domains: &[("tokens", Below(5)), ("positions", Below(50)), ("labels", Below(5))],
+        tol: F64,
+    },
 ];
