@@ -5,9 +5,11 @@
 //! [`NON_DIFFERENTIABLE`] pass no gradient by definition; kinds with neither are lowered
 //! through their decomposition before the sweep.
 
+mod attention;
 mod elementwise;
 mod index;
 mod matmul;
+mod norm;
 mod reduce;
 mod shape;
 mod softmax;
@@ -46,9 +48,11 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 
 /// Every family's differentiable kinds and its rule.
 const FAMILIES: &[(&[OpKind], Rule)] = &[
+    (attention::KINDS, attention::vjp),
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
     (matmul::KINDS, matmul::vjp),
+    (norm::KINDS, norm::vjp),
     (reduce::KINDS, reduce::vjp),
     (shape::KINDS, shape::vjp),
     (softmax::KINDS, softmax::vjp),
