@@ -5,6 +5,7 @@
 //! [`NON_DIFFERENTIABLE`] pass no gradient by definition; kinds with neither are lowered
 //! through their decomposition before the sweep.
 
+mod conv;
 mod elementwise;
 mod index;
 mod matmul;
@@ -46,6 +47,7 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 
 /// Every family's differentiable kinds and its rule.
 const FAMILIES: &[(&[OpKind], Rule)] = &[
+    (conv::KINDS, conv::vjp),
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
     (matmul::KINDS, matmul::vjp),
