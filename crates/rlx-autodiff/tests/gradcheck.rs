@@ -5,6 +5,8 @@
 mod harness;
 #[path = "gradcheck/attention.rs"]
 mod attention;
+#[path = "gradcheck/conv.rs"]
+mod conv;
 #[path = "gradcheck/core.rs"]
 mod core;
 #[path = "gradcheck/index.rs"]
@@ -18,7 +20,16 @@ use std::collections::BTreeSet;
 
 /// Every family's cases.
 fn all_cases() -> Vec<&'static harness::Case> {
-    core::CASES.iter().chain(index::CASES).chain(norm::CASES).chain(attention::CASES).collect()
+    [
+        attention::CASES,
+        conv::CASES,
+        core::CASES,
+        index::CASES,
+        norm::CASES,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 #[test]
@@ -40,7 +51,6 @@ const PENDING: &[&str] = &[
     "FusedResidualRmsNorm",
     "FusedAttentionBlock",
     "FusedTransformerLayer",
-    "FusedConvBiasAct",
     "AdaLayerNorm",
     "GatedResidual",
     "AdaLayerNormBackward",
@@ -72,20 +82,6 @@ const PENDING: &[&str] = &[
     "TopK",
     "Sort",
     "KvAppend",
-    "Conv",
-    "Conv3d",
-    "ConvTranspose2d",
-    "ConvTranspose3d",
-    "Im2Col",
-    "Pool",
-    "ResizeNearest2x",
-    "Interpolate3d",
-    "Conv2dBackwardInput",
-    "Conv2dBackwardWeight",
-    "Conv3dBackwardInput",
-    "Conv3dBackwardWeight",
-    "MaxPool2dBackward",
-    "MaxPool3dBackward",
     "SoftmaxCrossEntropy",
     "SoftmaxCrossEntropyBackward",
     "Lstm",

@@ -6,6 +6,7 @@
 //! through their decomposition before the sweep.
 
 mod attention;
+mod conv;
 mod elementwise;
 mod index;
 mod matmul;
@@ -49,6 +50,7 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 /// Every family's differentiable kinds and its rule.
 const FAMILIES: &[(&[OpKind], Rule)] = &[
     (attention::KINDS, attention::vjp),
+    (conv::KINDS, conv::vjp),
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
     (matmul::KINDS, matmul::vjp),
