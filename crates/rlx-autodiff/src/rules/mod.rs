@@ -7,10 +7,13 @@
 
 mod elementwise;
 mod index;
+mod linalg;
 mod matmul;
 mod reduce;
 mod shape;
+mod signal;
 mod softmax;
+mod spd;
 
 use crate::{reverse, Result};
 use rlx_ir::{Graph, Op, OpKind, ValueId};
@@ -48,10 +51,13 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 const FAMILIES: &[(&[OpKind], Rule)] = &[
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
+    (linalg::KINDS, linalg::vjp),
     (matmul::KINDS, matmul::vjp),
     (reduce::KINDS, reduce::vjp),
     (shape::KINDS, shape::vjp),
     (softmax::KINDS, softmax::vjp),
+    (signal::KINDS, signal::vjp),
+    (spd::KINDS, spd::vjp),
 ];
 
 /// Kinds through which no gradient flows, each with the reason (OPS.md §23.1 "none").
@@ -67,6 +73,9 @@ pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
     (OpKind::RngNormal, "random draws do not depend on operands"),
     (OpKind::RngUniform, "random draws do not depend on operands"),
     (OpKind::Sample, "a discrete draw"),
+    (OpKind::SpdKarcherMean, "a detached batch statistic (OPS.md §16)"),
+    (OpKind::SpdKarcherMeanWeighted, "a detached batch statistic (OPS.md §16)"),
+    (OpKind::WelchPeaks, "a top-k selection of PSD bins (OPS.md §17)"),
 ];
 
 /// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.

@@ -1,0 +1,242 @@
+//! VJPs of the SPD-manifold family (OPS.md §16, §22): each forward op emits its `*Backward`
+//! op(s); the eigenvalue-function backward ops (`ReEigBackward`, `LogEigBackward`,
+//! `SpdMatrixFnBatchBackward`) and `SpdBatchNormBackwardX` have closed-form second-order
+//! rules. `BiMap` has none here: it is lowered to `MatMul` + `Transpose` before the sweep.
+
+use super::linalg::{add, mm, mul, pair_gaps, scale, sub, sym, unsqueeze};
+use super::matmul::swap_last;
+use super::Vjp;
+use crate::Result;
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::reduce::ReduceOp;
+use rlx_ir::ops::spd::SpdMatFn;
+use rlx_ir::{Graph, Op, OpKind, ValueId};
+use rlx_opt::decompose::build::scalar;
+
+pub const KINDS: &[OpKind] = &[
+    OpKind::ReEig,
+    OpKind::LogEig,
+    OpKind::SpdBatchNorm,
+    OpKind::SpdLogMap,
+    OpKind::SpdExpMap,
+    OpKind::SpdParallelTransport,
+    OpKind::SpdMatrixFnBatch,
+    OpKind::ReEigBackward,
+    OpKind::LogEigBackward,
+    OpKind::SpdMatrixFnBatchBackward,
+    OpKind::SpdBatchNormBackwardX,
+];
+
+pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
+    Some(match op {
+        Op::ReEig(a) => eig_fn(v, |g, l, u, dy| Ok(g.re_eig_backward(l, u, dy, a.eps)?)),
+        Op::LogEig(a) => eig_fn(v, |g, l, u, dy| Ok(g.log_eig_backward(l, u, dy, a.eps)?)),
+        Op::SpdBatchNorm(a) => batch_norm(a.eps, v),
+        Op::SpdLogMap(_) => {
+            let (p, x, dy) = (v.inputs[0], v.inputs[1], v.ct(0));
+            dy.and_then(|dy| Ok(v.g.spd_log_map_backward(p, x, dy)?.into_iter().map(Some).collect()))
+        }
+        Op::SpdExpMap(_) => {
+            let (p, x, dy) = (v.inputs[0], v.inputs[1], v.ct(0));
+            dy.and_then(|dy| Ok(v.g.spd_exp_map_backward(p, x, dy)?.into_iter().map(Some).collect()))
+        }
+        Op::SpdParallelTransport(_) => {
+            let (p, q, x, dy) = (v.inputs[0], v.inputs[1], v.inputs[2], v.ct(0));
+            dy.and_then(|dy| Ok(v.g.spd_parallel_transport_backward(p, q, x, dy)?.into_iter().map(Some).collect()))
+        }
+        Op::SpdMatrixFnBatch(a) => {
+            let (x, dy) = (v.inputs[0], v.ct(0));
+            dy.and_then(|dy| Ok(vec![Some(v.g.spd_matrix_fn_batch_backward(x, dy, a.kind)?)]))
+        }
+        Op::ReEigBackward(a) => eig_fn_backward(Spectral::Floor(a.eps.into()), v),
+        Op::LogEigBackward(a) => eig_fn_backward(Spectral::Log(a.eps.into()), v),
+        Op::SpdMatrixFnBatchBackward(a) => matrix_fn_backward(a.kind, v),
+        Op::SpdBatchNormBackwardX(a) => batch_norm_backward_x(a.eps, v),
+        _ => return None,
+    })
+}
+
+/// `ReEig`/`LogEig` (outputs `Y, λ, U`): `X̄` is the function's backward op for `Ȳ` plus
+/// `EighBackward` for cotangents reaching the raw eigendecomposition.
+fn eig_fn(
+    v: &mut Vjp,
+    backward: impl Fn(&mut Graph, ValueId, ValueId, ValueId) -> Result<ValueId>,
+) -> Result<Vec<Option<ValueId>>> {
+    let (lam, u) = (v.outputs[1], v.outputs[2]);
+    let mut dx = match v.cts[0] {
+        Some(dy) => Some(backward(v.g, lam, u, dy)?),
+        None => None,
+    };
+    if v.cts[1].is_some() || v.cts[2].is_some() {
+        let (dlam, du) = (v.ct(1)?, v.ct(2)?);
+        let de = v.g.eigh_backward(lam, u, dlam, du)?;
+        dx = Some(match dx {
+            Some(d) => add(v.g, d, de)?,
+            None => de,
+        });
+    }
+    Ok(vec![dx])
+}
+
+/// `(X, M, G)`: `SpdBatchNormBackwardX` and `SpdBatchNormBackwardG`; the batch mean `M` is a
+/// detached statistic (OPS.md §16) and gets none.
+fn batch_norm(eps: f32, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (x, m, gm, dy) = (v.inputs[0], v.inputs[1], v.inputs[2], v.ct(0)?);
+    let dx = if v.wanted[0] { Some(v.g.spd_batch_norm_backward_x(m, gm, dy, eps)?) } else { None };
+    let dg = if v.wanted[2] { Some(v.g.spd_batch_norm_backward_g(x, m, gm, dy, eps)?) } else { None };
+    Ok(vec![dx, None, dg])
+}
+
+/// Second order of `dX_i = Aᵀ·Ȳ_i·A`, `A = G^{1/2}M^{−1/2}`: with `X̄̄` the cotangent,
+/// `Ȳ̄_i = A·X̄̄_i·Aᵀ` (the forward op applied to it) and `Ḡ` = `SpdBatchNormBackwardG` with
+/// `X̄̄` in the place of `X` (both are `Σ⟨·, G^{1/2}·Z_i·G^{1/2}⟩` with `Z_i = M^{−1/2}·X̄̄_i·M^{−1/2}`);
+/// `M` none, as in the forward.
+fn batch_norm_backward_x(eps: f32, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (m, gm, dy, c) = (v.inputs[0], v.inputs[1], v.inputs[2], v.ct(0)?);
+    let d_dy = if v.wanted[2] { Some(v.g.spd_batch_norm(c, m, gm, eps)?) } else { None };
+    let dg = if v.wanted[1] { Some(v.g.spd_batch_norm_backward_g(c, m, gm, dy, eps)?) } else { None };
+    Ok(vec![None, dg, d_dy])
+}
+
+/// A spectral function as the kernels evaluate it: floored ones clamp `λ` to
+/// `max(λ, floor)` and have zero derivatives at `λ ≤ floor`.
+#[derive(Clone, Copy)]
+enum Spectral {
+    /// `max(λ, floor)` (`ReEig`).
+    Floor(f64),
+    /// `log max(λ, floor)`.
+    Log(f64),
+    Exp,
+    /// `max(λ, 0)^{1/2}`.
+    Sqrt,
+    /// `max(λ, 0)^{−1/2}`.
+    InvSqrt,
+}
+
+impl Spectral {
+    fn of(kind: SpdMatFn) -> Spectral {
+        match kind {
+            SpdMatFn::Logm => Spectral::Log(0.0),
+            SpdMatFn::Expm => Spectral::Exp,
+            SpdMatFn::Sqrtm => Spectral::Sqrt,
+            SpdMatFn::Invsqrtm => Spectral::InvSqrt,
+        }
+    }
+
+    /// `(f, f′, f″)` at each entry of `lam`.
+    fn eval(self, g: &mut Graph, lam: ValueId) -> Result<[ValueId; 3]> {
+        use ActivationKind::{Exp, Log, Recip, Rsqrt, Sqrt};
+        let floor = match self {
+            Spectral::Floor(e) | Spectral::Log(e) => e,
+            Spectral::Sqrt | Spectral::InvSqrt => 0.0,
+            Spectral::Exp => {
+                let e = g.activation(Exp, lam)?;
+                return Ok([e, e, e]);
+            }
+        };
+        let dtype = g.ty(lam).dtype;
+        let fl = scalar(g, dtype, floor)?;
+        let x = g.binary(BinaryOp::Max, lam, fl)?;
+        let (f, d1, d2) = match self {
+            Spectral::Floor(_) => (x, scalar(g, dtype, 1.0)?, scalar(g, dtype, 0.0)?),
+            Spectral::Log(_) => {
+                let r = g.activation(Recip, x)?;
+                let r2 = mul(g, r, r)?;
+                (g.activation(Log, x)?, r, g.activation(ActivationKind::Neg, r2)?)
+            }
+            Spectral::Sqrt | Spectral::InvSqrt => {
+                let s = g.activation(Sqrt, x)?;
+                let rs = g.activation(Rsqrt, x)?;
+                let r = g.activation(Recip, x)?;
+                let x32 = mul(g, rs, r)?;
+                if matches!(self, Spectral::Sqrt) {
+                    let x12 = scale(g, rs, 0.5)?;
+                    let x32 = scale(g, x32, -0.25)?;
+                    (s, x12, x32)
+                } else {
+                    let x52 = mul(g, x32, r)?;
+                    (rs, scale(g, x32, -0.5)?, scale(g, x52, 0.75)?)
+                }
+            }
+            Spectral::Exp => unreachable!("returned above"),
+        };
+        let above = g.compare(CmpOp::Gt, lam, fl)?;
+        let zero = scalar(g, dtype, 0.0)?;
+        Ok([f, g.select(above, d1, zero)?, g.select(above, d2, zero)?])
+    }
+}
+
+/// Closed-form VJP of the Daleckii–Krein adjoint `X̄ = U·(L∘(Uᵀ·S·U))·Uᵀ`, `S = sym(Ȳ)`,
+/// `L_ij = (f_i − f_j)/(λ_i − λ_j)` (`f′_i` where `λ_i = λ_j`), w.r.t. `(λ, U, Ȳ)` for the
+/// cotangent `c`. With `T = Uᵀ·S·U`, `W = L∘T`, `W̄ = Uᵀ·c·U`, `T̄ = L∘W̄`:
+/// `Ū = (c + cᵀ)·U·W + S·U·(T̄ + T̄ᵀ)`, `Ȳ̄ = U·sym(T̄)·Uᵀ`, and
+/// `λ̄_k = Σ_j (L̄ + L̄ᵀ)_kj·E_kj` with `L̄ = T∘W̄`, `E_kj = ∂L_kj/∂λ_k = (f′_k − L_kj)/(λ_k − λ_j)`
+/// (`f″_k/2` where `λ_k = λ_j`). Divided differences are formed directly (the kernel's
+/// cancellation-free forms are not reproduced), so very close eigenvalues lose precision.
+fn dk_vjp(g: &mut Graph, f: Spectral, lam: ValueId, u: ValueId, dy: ValueId, c: ValueId) -> Result<[ValueId; 3]> {
+    let dtype = g.ty(lam).dtype;
+    let r = g.ty(lam).rank();
+    let [fv, f1, f2] = f.eval(g, lam)?;
+    let gap = pair_gaps(g, lam)?;
+    let zero = scalar(g, dtype, 0.0)?;
+    let one = scalar(g, dtype, 1.0)?;
+    let tied = g.compare(CmpOp::Eq, gap, zero)?;
+    let safe = g.select(tied, one, gap)?;
+    let fgap = pair_gaps(g, fv)?;
+    let quotient = g.binary(BinaryOp::Div, fgap, safe)?;
+    let f1c = unsqueeze(g, f1, r)?;
+    let l = g.select(tied, f1c, quotient)?;
+    let lf = sub(g, l, f1c)?;
+    let slope = g.binary(BinaryOp::Div, lf, safe)?;
+    let f2c = unsqueeze(g, f2, r)?;
+    let half_f2 = scale(g, f2c, 0.5)?;
+    let e = g.select(tied, half_f2, slope)?;
+
+    let s = sym(g, dy)?;
+    let ut = swap_last(g, u)?;
+    let su = mm(g, s, u)?;
+    let t = mm(g, ut, su)?;
+    let w = mul(g, l, t)?;
+    let cu = mm(g, c, u)?;
+    let wbar = mm(g, ut, cu)?;
+    let tbar = mul(g, l, wbar)?;
+    let lbar = mul(g, t, wbar)?;
+
+    let ct = swap_last(g, c)?;
+    let ctu = mm(g, ct, u)?;
+    let cc = add(g, cu, ctu)?;
+    let u1 = mm(g, cc, w)?;
+    let tbar_t = swap_last(g, tbar)?;
+    let tt = add(g, tbar, tbar_t)?;
+    let u2 = mm(g, su, tt)?;
+    let du = add(g, u1, u2)?;
+
+    let ts = scale(g, tt, 0.5)?;
+    let uts = mm(g, u, ts)?;
+    let d_dy = mm(g, uts, ut)?;
+
+    let lbar_t = swap_last(g, lbar)?;
+    let ll = add(g, lbar, lbar_t)?;
+    let le = mul(g, ll, e)?;
+    let dlam = g.reduce(ReduceOp::Sum, le, &[r], false)?;
+    Ok([dlam, du, d_dy])
+}
+
+/// Second order of `ReEigBackward`/`LogEigBackward(λ, U, Ȳ)`: [`dk_vjp`] at the given `λ`, `U`.
+fn eig_fn_backward(f: Spectral, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (lam, u, dy, c) = (v.inputs[0], v.inputs[1], v.inputs[2], v.ct(0)?);
+    let [dlam, du, d_dy] = dk_vjp(v.g, f, lam, u, dy, c)?;
+    Ok(vec![Some(dlam), Some(du), Some(d_dy)])
+}
+
+/// Second order of `SpdMatrixFnBatchBackward{kind}(X, Ȳ)`: the op is the Daleckii–Krein adjoint
+/// at `EighBatch(X)`, so [`dk_vjp`] at that decomposition, chained into `EighBatchBackward`.
+fn matrix_fn_backward(kind: SpdMatFn, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (x, dy, c) = (v.inputs[0], v.inputs[1], v.ct(0)?);
+    let g = &mut *v.g;
+    let lu = g.eigh_batch(x)?;
+    let [dlam, du, d_dy] = dk_vjp(g, Spectral::of(kind), lu[0], lu[1], dy, c)?;
+    let dx = if v.wanted[0] { Some(g.eigh_batch_backward(lu[0], lu[1], dlam, du)?) } else { None };
+    Ok(vec![dx, Some(d_dy)])
+}
+
