@@ -1,6 +1,6 @@
 //! VJPs of the SPD-manifold family (OPS.md §16, §22): each forward op emits its `*Backward`
 //! op(s); the eigenvalue-function backward ops (`ReEigBackward`, `LogEigBackward`,
-//! `SpdMatrixFnBatchBackward`) and `SpdBatchNormBackwardX` have closed-form second-order
+//! `SpdMatrixFnBatchBackward`) and the batch-norm backward ops have closed-form second-order
 //! rules. `BiMap` has none here: it is lowered to `MatMul` + `Transpose` before the sweep.
 
 use super::linalg::{add, mm, mul, pair_gaps, scale, sub, sym, unsqueeze};
@@ -25,6 +25,7 @@ pub const KINDS: &[OpKind] = &[
     OpKind::LogEigBackward,
     OpKind::SpdMatrixFnBatchBackward,
     OpKind::SpdBatchNormBackwardX,
+    OpKind::SpdBatchNormBackwardG,
 ];
 
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
@@ -52,6 +53,7 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
         Op::LogEigBackward(a) => eig_fn_backward(Spectral::Log(a.eps.into()), v),
         Op::SpdMatrixFnBatchBackward(a) => matrix_fn_backward(a.kind, v),
         Op::SpdBatchNormBackwardX(a) => batch_norm_backward_x(a.eps, v),
+        Op::SpdBatchNormBackwardG(a) => batch_norm_backward_g(a.eps.into(), v),
         _ => return None,
     })
 }
@@ -98,6 +100,59 @@ fn batch_norm_backward_x(eps: f32, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> 
     Ok(vec![None, dg, d_dy])
 }
 
+/// Second order of `dG = SpdBatchNormBackwardG(X, M, G, Ȳ)`, the adjoint of `√·` at `G` applied
+/// to `R̄ = Σ_i (Ȳ_i·R·Z_iᵀ + Z_iᵀ·R·Ȳ_i)`, rebuilt from `Eigh(G)` and `Eigh(M)` with the op's
+/// floors (`R = G^{1/2}`, `T = M^{−1/2}`, `Z_i = T·X_i·T`). With `K` the cotangent of `R̄` from
+/// [`dk_vjp`]: `Ȳ̄_i = K·Z_i·R + R·Z_i·K`, `X̄_i = T·(Kᵀ·Ȳ_i·R + R·Ȳ_i·Kᵀ)·T`, and `Ḡ` is
+/// `EighBackward` of the decomposition's cotangents plus the adjoint of `√·` applied to
+/// `Σ_i (Ȳ_iᵀ·K·Z_i + Z_i·K·Ȳ_iᵀ)`. `M` none, as in the forward.
+fn batch_norm_backward_g(eps: f64, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (x, m, gm, dy, c) = (v.inputs[0], v.inputs[1], v.inputs[2], v.inputs[3], v.ct(0)?);
+    let g = &mut *v.g;
+    let root = Spectral::Sqrt(eps);
+    let ge = g.eigh(gm)?;
+    let me = g.eigh(m)?;
+    let r = spectral(g, root, ge[0], ge[1])?;
+    let t = spectral(g, Spectral::InvSqrt(eps), me[0], me[1])?;
+    let tx = mm(g, t, x)?;
+    let z = mm(g, tx, t)?;
+    let zt = swap_last(g, z)?;
+    let yr = mm(g, dy, r)?;
+    let a = mm(g, yr, zt)?;
+    let zr = mm(g, zt, r)?;
+    let b = mm(g, zr, dy)?;
+    let ab = add(g, a, b)?;
+    let rbar = g.reduce(ReduceOp::Sum, ab, &[0], false)?;
+    let [dlam, du, k] = dk_vjp(g, root, ge[0], ge[1], rbar, c)?;
+
+    let kz = mm(g, k, z)?;
+    let a = mm(g, kz, r)?;
+    let rz = mm(g, r, z)?;
+    let b = mm(g, rz, k)?;
+    let d_dy = add(g, a, b)?;
+
+    let kt = swap_last(g, k)?;
+    let ky = mm(g, kt, dy)?;
+    let a = mm(g, ky, r)?;
+    let ry = mm(g, r, dy)?;
+    let b = mm(g, ry, kt)?;
+    let zbar = add(g, a, b)?;
+    let tz = mm(g, t, zbar)?;
+    let dx = mm(g, tz, t)?;
+
+    let dyt = swap_last(g, dy)?;
+    let yk = mm(g, dyt, k)?;
+    let a = mm(g, yk, z)?;
+    let zk = mm(g, z, k)?;
+    let b = mm(g, zk, dyt)?;
+    let ab = add(g, a, b)?;
+    let rb = g.reduce(ReduceOp::Sum, ab, &[0], false)?;
+    let through_root = dk(g, root, ge[0], ge[1], rb)?;
+    let through_eig = g.eigh_backward(ge[0], ge[1], dlam, du)?;
+    let dg = add(g, through_root, through_eig)?;
+    Ok(vec![Some(dx), None, Some(dg), Some(d_dy)])
+}
+
 /// A spectral function as the kernels evaluate it: floored ones clamp `λ` to
 /// `max(λ, floor)` and have zero derivatives at `λ ≤ floor`.
 #[derive(Clone, Copy)]
@@ -107,10 +162,10 @@ enum Spectral {
     /// `log max(λ, floor)`.
     Log(f64),
     Exp,
-    /// `max(λ, 0)^{1/2}`.
-    Sqrt,
-    /// `max(λ, 0)^{−1/2}`.
-    InvSqrt,
+    /// `max(λ, floor)^{1/2}`.
+    Sqrt(f64),
+    /// `max(λ, floor)^{−1/2}`.
+    InvSqrt(f64),
 }
 
 impl Spectral {
@@ -118,8 +173,8 @@ impl Spectral {
         match kind {
             SpdMatFn::Logm => Spectral::Log(0.0),
             SpdMatFn::Expm => Spectral::Exp,
-            SpdMatFn::Sqrtm => Spectral::Sqrt,
-            SpdMatFn::Invsqrtm => Spectral::InvSqrt,
+            SpdMatFn::Sqrtm => Spectral::Sqrt(0.0),
+            SpdMatFn::Invsqrtm => Spectral::InvSqrt(0.0),
         }
     }
 
@@ -127,8 +182,7 @@ impl Spectral {
     fn eval(self, g: &mut Graph, lam: ValueId) -> Result<[ValueId; 3]> {
         use ActivationKind::{Exp, Log, Recip, Rsqrt, Sqrt};
         let floor = match self {
-            Spectral::Floor(e) | Spectral::Log(e) => e,
-            Spectral::Sqrt | Spectral::InvSqrt => 0.0,
+            Spectral::Floor(e) | Spectral::Log(e) | Spectral::Sqrt(e) | Spectral::InvSqrt(e) => e,
             Spectral::Exp => {
                 let e = g.activation(Exp, lam)?;
                 return Ok([e, e, e]);
@@ -144,12 +198,12 @@ impl Spectral {
                 let r2 = mul(g, r, r)?;
                 (g.activation(Log, x)?, r, g.activation(ActivationKind::Neg, r2)?)
             }
-            Spectral::Sqrt | Spectral::InvSqrt => {
+            Spectral::Sqrt(_) | Spectral::InvSqrt(_) => {
                 let s = g.activation(Sqrt, x)?;
                 let rs = g.activation(Rsqrt, x)?;
                 let r = g.activation(Recip, x)?;
                 let x32 = mul(g, rs, r)?;
-                if matches!(self, Spectral::Sqrt) {
+                if matches!(self, Spectral::Sqrt(_)) {
                     let x12 = scale(g, rs, 0.5)?;
                     let x32 = scale(g, x32, -0.25)?;
                     (s, x12, x32)
@@ -166,14 +220,11 @@ impl Spectral {
     }
 }
 
-/// Closed-form VJP of the Daleckii–Krein adjoint `X̄ = U·(L∘(Uᵀ·S·U))·Uᵀ`, `S = sym(Ȳ)`,
-/// `L_ij = (f_i − f_j)/(λ_i − λ_j)` (`f′_i` where `λ_i = λ_j`), w.r.t. `(λ, U, Ȳ)` for the
-/// cotangent `c`. With `T = Uᵀ·S·U`, `W = L∘T`, `W̄ = Uᵀ·c·U`, `T̄ = L∘W̄`:
-/// `Ū = (c + cᵀ)·U·W + S·U·(T̄ + T̄ᵀ)`, `Ȳ̄ = U·sym(T̄)·Uᵀ`, and
-/// `λ̄_k = Σ_j (L̄ + L̄ᵀ)_kj·E_kj` with `L̄ = T∘W̄`, `E_kj = ∂L_kj/∂λ_k = (f′_k − L_kj)/(λ_k − λ_j)`
-/// (`f″_k/2` where `λ_k = λ_j`). Divided differences are formed directly (the kernel's
-/// cancellation-free forms are not reproduced), so very close eigenvalues lose precision.
-fn dk_vjp(g: &mut Graph, f: Spectral, lam: ValueId, u: ValueId, dy: ValueId, c: ValueId) -> Result<[ValueId; 3]> {
+/// The divided differences `L_ij = (f_i − f_j)/(λ_i − λ_j)` (`f′_i` where `λ_i = λ_j`) and
+/// their slopes `E_ij = ∂L_ij/∂λ_i = (f′_i − L_ij)/(λ_i − λ_j)` (`f″_i/2` where tied), as
+/// `[.., n, n]`. Formed directly (the kernel's cancellation-free forms are not reproduced), so
+/// very close eigenvalues lose precision.
+fn divided(g: &mut Graph, f: Spectral, lam: ValueId) -> Result<[ValueId; 2]> {
     let dtype = g.ty(lam).dtype;
     let r = g.ty(lam).rank();
     let [fv, f1, f2] = f.eval(g, lam)?;
@@ -190,8 +241,40 @@ fn dk_vjp(g: &mut Graph, f: Spectral, lam: ValueId, u: ValueId, dy: ValueId, c: 
     let slope = g.binary(BinaryOp::Div, lf, safe)?;
     let f2c = unsqueeze(g, f2, r)?;
     let half_f2 = scale(g, f2c, 0.5)?;
-    let e = g.select(tied, half_f2, slope)?;
+    Ok([l, g.select(tied, half_f2, slope)?])
+}
 
+/// `U·f(Λ)·Uᵀ`.
+fn spectral(g: &mut Graph, f: Spectral, lam: ValueId, u: ValueId) -> Result<ValueId> {
+    let [fv, _, _] = f.eval(g, lam)?;
+    let r = g.ty(lam).rank();
+    let row = unsqueeze(g, fv, r - 1)?;
+    let uf = mul(g, u, row)?;
+    let ut = swap_last(g, u)?;
+    mm(g, uf, ut)
+}
+
+/// The Daleckii–Krein adjoint `U·(L∘(Uᵀ·sym(Ȳ)·U))·Uᵀ` of `X ↦ f(X)` at `X = U·Λ·Uᵀ`.
+fn dk(g: &mut Graph, f: Spectral, lam: ValueId, u: ValueId, dy: ValueId) -> Result<ValueId> {
+    let [l, _] = divided(g, f, lam)?;
+    let s = sym(g, dy)?;
+    let ut = swap_last(g, u)?;
+    let su = mm(g, s, u)?;
+    let t = mm(g, ut, su)?;
+    let w = mul(g, l, t)?;
+    let uw = mm(g, u, w)?;
+    mm(g, uw, ut)
+}
+
+/// Closed-form VJP of the Daleckii–Krein adjoint `X̄ = U·(L∘(Uᵀ·S·U))·Uᵀ`, `S = sym(Ȳ)`,
+/// `L_ij = (f_i − f_j)/(λ_i − λ_j)` (`f′_i` where `λ_i = λ_j`), w.r.t. `(λ, U, Ȳ)` for the
+/// cotangent `c`. With `T = Uᵀ·S·U`, `W = L∘T`, `W̄ = Uᵀ·c·U`, `T̄ = L∘W̄`:
+/// `Ū = (c + cᵀ)·U·W + S·U·(T̄ + T̄ᵀ)`, `Ȳ̄ = U·sym(T̄)·Uᵀ`, and
+/// `λ̄_k = Σ_j (L̄ + L̄ᵀ)_kj·E_kj` with `L̄ = T∘W̄`, `E_kj = ∂L_kj/∂λ_k = (f′_k − L_kj)/(λ_k − λ_j)`
+/// (`f″_k/2` where `λ_k = λ_j`), both from [`divided`].
+fn dk_vjp(g: &mut Graph, f: Spectral, lam: ValueId, u: ValueId, dy: ValueId, c: ValueId) -> Result<[ValueId; 3]> {
+    let r = g.ty(lam).rank();
+    let [l, e] = divided(g, f, lam)?;
     let s = sym(g, dy)?;
     let ut = swap_last(g, u)?;
     let su = mm(g, s, u)?;

@@ -113,7 +113,7 @@ pub const CASES: &[Case] = &[
         tol: F64,
     },
     Case {
-        name: "batch norm input gradient (second order)",
+        name: "batch norm gradients (second order)",
         src: r#"%0 = Input(name:"k",ty:(dtype:I64,shape:[6,3]))()
             %1 = Cast(to:F64)(%0)
             %2 = Transpose(perm:[1,0])(%1)
@@ -123,7 +123,11 @@ pub const CASES: &[Case] = &[
             %6 = MatMul()(%5, %4)
             %7 = Input(name:"dy",ty:(dtype:F64,shape:[2,3,3]))()
             %8 = SpdBatchNormBackwardX(eps:0.00001)(%3, %6, %7)
-            return %8"#,
+            %9 = Input(name:"c",ty:(dtype:F64,shape:[2,6,3]))()
+            %10 = Transpose(perm:[0,2,1])(%9)
+            %11 = MatMul()(%10, %9)
+            %12 = SpdBatchNormBackwardG(eps:0.00001)(%11, %3, %6, %7)
+            return %8, %12"#,
         domains: &[("k", Below(5))],
         tol: F64,
     },
