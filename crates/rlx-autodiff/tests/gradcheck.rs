@@ -118,11 +118,6 @@ const PENDING: &[&str] = &[
     "SelectiveScan",
     "Mamba2",
     "GatedDeltaNet",
-    // Second order of the full AIRM adjoints (nested matrix roots, logm/expm and their
-    // Daleckii–Krein adjoints): no closed form written yet.
-    "SpdLogMapBackward",
-    "SpdExpMapBackward",
-    "SpdParallelTransportBackward",
     "GaussianSplatRender",
     "GaussianSplatRenderBackward",
     "GaussianSplatPrepare",

@@ -1,7 +1,8 @@
 //! VJPs of the SPD-manifold family (OPS.md §16, §22): each forward op emits its `*Backward`
 //! op(s); the eigenvalue-function backward ops (`ReEigBackward`, `LogEigBackward`,
-//! `SpdMatrixFnBatchBackward`) and the batch-norm backward ops have closed-form second-order
-//! rules. `BiMap` has none here: it is lowered to `MatMul` + `Transpose` before the sweep.
+//! `SpdMatrixFnBatchBackward`), the batch-norm and the AIRM map/transport backward ops have
+//! closed-form second-order rules: reverse mode, written out, through the steps their kernels
+//! take, with each Daleckii–Krein adjoint differentiated by [`dk_vjp`] and `EighBackward`. `BiMap` has none here: it is lowered to `MatMul` + `Transpose` before the sweep.
 
 use super::linalg::{add, mm, mul, pair_gaps, scale, sub, sym, unsqueeze};
 use super::matmul::swap_last;
@@ -26,6 +27,9 @@ pub const KINDS: &[OpKind] = &[
     OpKind::SpdMatrixFnBatchBackward,
     OpKind::SpdBatchNormBackwardX,
     OpKind::SpdBatchNormBackwardG,
+    OpKind::SpdLogMapBackward,
+    OpKind::SpdExpMapBackward,
+    OpKind::SpdParallelTransportBackward,
 ];
 
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
@@ -54,6 +58,9 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
         Op::SpdMatrixFnBatchBackward(a) => matrix_fn_backward(a.kind, v),
         Op::SpdBatchNormBackwardX(a) => batch_norm_backward_x(a.eps, v),
         Op::SpdBatchNormBackwardG(a) => batch_norm_backward_g(a.eps.into(), v),
+        Op::SpdLogMapBackward(_) => map_backward(Spectral::Log(0.0), v),
+        Op::SpdExpMapBackward(_) => map_backward(Spectral::Exp, v),
+        Op::SpdParallelTransportBackward(_) => transport_backward(v),
         _ => return None,
     })
 }
@@ -323,3 +330,187 @@ fn matrix_fn_backward(kind: SpdMatFn, v: &mut Vjp) -> Result<Vec<Option<ValueId>
     Ok(vec![dx, Some(d_dy)])
 }
 
+
+/// `xs[0]·xs[1]·…` (matrix products over the last two axes).
+fn prod(g: &mut Graph, xs: &[ValueId]) -> Result<ValueId> {
+    let mut acc = xs[0];
+    for &x in &xs[1..] {
+        acc = mm(g, acc, x)?;
+    }
+    Ok(acc)
+}
+
+/// `a·b·c + d·e·f`.
+fn two(g: &mut Graph, [a, b, c]: [ValueId; 3], [d, e, f]: [ValueId; 3]) -> Result<ValueId> {
+    let x = prod(g, &[a, b, c])?;
+    let y = prod(g, &[d, e, f])?;
+    add(g, x, y)
+}
+
+/// A base point `P` as the geometry kernels use it: its eigendecomposition and `S = P^{1/2}`,
+/// `T = P^{−1/2}`.
+struct Base {
+    lam: ValueId,
+    u: ValueId,
+    s: ValueId,
+    t: ValueId,
+}
+
+impl Base {
+    fn new(g: &mut Graph, p: ValueId) -> Result<Base> {
+        let e = g.eigh(p)?;
+        let s = spectral(g, Spectral::Sqrt(0.0), e[0], e[1])?;
+        let t = spectral(g, Spectral::InvSqrt(0.0), e[0], e[1])?;
+        Ok(Base { lam: e[0], u: e[1], s, t })
+    }
+
+    /// `P̄ = DK_√(S̄) + DK_{1/√}(T̄)`.
+    fn adjoint(&self, g: &mut Graph, sbar: ValueId, tbar: ValueId) -> Result<ValueId> {
+        let a = dk(g, Spectral::Sqrt(0.0), self.lam, self.u, sbar)?;
+        let b = dk(g, Spectral::InvSqrt(0.0), self.lam, self.u, tbar)?;
+        add(g, a, b)
+    }
+
+    /// The cotangent of `P` from the cotangent `c` of `adjoint(S̄, T̄)`: `(S̄̄, T̄̄)` and the part
+    /// through the decomposition (`EighBackward`).
+    fn adjoint_vjp(&self, g: &mut Graph, sbar: ValueId, tbar: ValueId, c: ValueId) -> Result<[ValueId; 3]> {
+        let [l1, u1, dsbar] = dk_vjp(g, Spectral::Sqrt(0.0), self.lam, self.u, sbar, c)?;
+        let [l2, u2, dtbar] = dk_vjp(g, Spectral::InvSqrt(0.0), self.lam, self.u, tbar, c)?;
+        let (l, u) = (add(g, l1, l2)?, add(g, u1, u2)?);
+        Ok([dsbar, dtbar, g.eigh_backward(self.lam, self.u, l, u)?])
+    }
+}
+
+/// Second order of `SpdLogMapBackward`/`SpdExpMapBackward(P, Z, Ȳ)`, whose kernel computes
+/// `C = T·Z·T`, `F = f(C)`, `C̄ = DK_f(C)[S·Ȳ·S]`,
+/// `dP = DK_√(P)[Ȳ·S·F + F·S·Ȳ] + DK_{1/√}(P)[C̄·T·Zᵀ + Zᵀ·T·C̄]`, `dZ = T·C̄·T`.
+fn map_backward(f: Spectral, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (p, z, dy) = (v.inputs[0], v.inputs[1], v.inputs[2]);
+    let (a, b) = (v.ct(0)?, v.ct(1)?);
+    let g = &mut *v.g;
+    let base = Base::new(g, p)?;
+    let (s, t) = (base.s, base.t);
+    let c = prod(g, &[t, z, t])?;
+    let ce = g.eigh(c)?;
+    let fc = spectral(g, f, ce[0], ce[1])?;
+    let fb = prod(g, &[s, dy, s])?;
+    let sb = two(g, [dy, s, fc], [fc, s, dy])?;
+    let cb = dk(g, f, ce[0], ce[1], fb)?;
+    let zt = swap_last(g, z)?;
+    let tb = two(g, [cb, t, zt], [zt, t, cb])?;
+    let [sb_bar, tb_bar, mut p_bar] = base.adjoint_vjp(g, sb, tb, a)?;
+
+    let (cbt, dyt, tbt) = (swap_last(g, cb)?, swap_last(g, dy)?, swap_last(g, tb_bar)?);
+    let mut t_bar = two(g, [b, t, cbt], [cbt, t, b])?;
+    let x = two(g, [cbt, tb_bar, z], [z, tb_bar, cbt])?;
+    t_bar = add(g, t_bar, x)?;
+    let cb_bar = prod(g, &[t, b, t])?;
+    let x = two(g, [tb_bar, z, t], [t, z, tb_bar])?;
+    let cb_bar = add(g, cb_bar, x)?;
+    let mut z_bar = two(g, [tbt, cb, t], [t, cb, tbt])?;
+
+    let [lc, uc, fb_bar] = dk_vjp(g, f, ce[0], ce[1], fb, cb_bar)?;
+    let mut dy_bar = two(g, [sb_bar, fc, s], [s, fc, sb_bar])?;
+    let x = prod(g, &[s, fb_bar, s])?;
+    dy_bar = add(g, dy_bar, x)?;
+    let mut s_bar = two(g, [dyt, sb_bar, fc], [fc, sb_bar, dyt])?;
+    let x = two(g, [fb_bar, s, dyt], [dyt, s, fb_bar])?;
+    s_bar = add(g, s_bar, x)?;
+    let f_bar = two(g, [s, dyt, sb_bar], [sb_bar, dyt, s])?;
+
+    let c1 = dk(g, f, ce[0], ce[1], f_bar)?;
+    let c2 = g.eigh_backward(ce[0], ce[1], lc, uc)?;
+    let c_bar = add(g, c1, c2)?;
+    let x = two(g, [c_bar, t, zt], [zt, t, c_bar])?;
+    t_bar = add(g, t_bar, x)?;
+    let x = prod(g, &[t, c_bar, t])?;
+    z_bar = add(g, z_bar, x)?;
+    let x = base.adjoint(g, s_bar, t_bar)?;
+    p_bar = add(g, p_bar, x)?;
+    Ok(vec![Some(p_bar), Some(z_bar), Some(dy_bar)])
+}
+
+/// `acc + x`, in place.
+fn acc(g: &mut Graph, acc: &mut ValueId, x: ValueId) -> Result<()> {
+    *acc = add(g, *acc, x)?;
+    Ok(())
+}
+
+/// Second order of `SpdParallelTransportBackward(P, Q, V, Ȳ)`, whose kernel computes
+/// `K = T·Q·T`, `R = K^{1/2}`, `E = S·R·T`, `Ē = Ȳ·E·Vᵀ + Ȳᵀ·E·V`, `K̄ = DK_√(K)[S·Ē·T]`,
+/// `dP = DK_√(P)[Ē·T·R] + DK_{1/√}(P)[R·S·Ē + K̄·T·Qᵀ + Qᵀ·T·K̄]`, `dQ = T·K̄·T`, `dV = Eᵀ·Ȳ·E`.
+fn transport_backward(v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let (p, q, x, dy) = (v.inputs[0], v.inputs[1], v.inputs[2], v.inputs[3]);
+    let (a, bq, cv) = (v.ct(0)?, v.ct(1)?, v.ct(2)?);
+    let g = &mut *v.g;
+    let root = Spectral::Sqrt(0.0);
+    let base = Base::new(g, p)?;
+    let (s, t) = (base.s, base.t);
+    let k = prod(g, &[t, q, t])?;
+    let ke = g.eigh(k)?;
+    let r = spectral(g, root, ke[0], ke[1])?;
+    let e = prod(g, &[s, r, t])?;
+    let [xt, dyt, qt, et] = [x, dy, q, e].map(|m| swap_last(g, m));
+    let (xt, dyt, qt, et) = (xt?, dyt?, qt?, et?);
+    let ebar = two(g, [dy, e, xt], [dyt, e, x])?;
+    let sbar = prod(g, &[ebar, t, r])?;
+    let rbar = prod(g, &[s, ebar, t])?;
+    let kbar = dk(g, root, ke[0], ke[1], rbar)?;
+    let mut tbar = prod(g, &[r, s, ebar])?;
+    let y = two(g, [kbar, t, qt], [qt, t, kbar])?;
+    acc(g, &mut tbar, y)?;
+
+    let [sbar_c, tbar_c, mut p_c] = base.adjoint_vjp(g, sbar, tbar, a)?;
+    let (kbart, ebart, tbar_ct) = (swap_last(g, kbar)?, swap_last(g, ebar)?, swap_last(g, tbar_c)?);
+    let mut t_c = two(g, [bq, t, kbart], [kbart, t, bq])?;
+    let mut kbar_c = prod(g, &[t, bq, t])?;
+    let mut dy_c = prod(g, &[e, cv, et])?;
+    let cvt = swap_last(g, cv)?;
+    let mut e_c = two(g, [dy, e, cvt], [dyt, e, cv])?;
+    let mut r_c = prod(g, &[tbar_c, ebart, s])?;
+    let mut s_c = prod(g, &[r, tbar_c, ebart])?;
+    let mut ebar_c = prod(g, &[s, r, tbar_c])?;
+    let y = two(g, [tbar_c, q, t], [t, q, tbar_c])?;
+    acc(g, &mut kbar_c, y)?;
+    let y = two(g, [kbart, tbar_c, q], [q, tbar_c, kbart])?;
+    acc(g, &mut t_c, y)?;
+    let mut q_c = two(g, [tbar_ct, kbar, t], [t, kbar, tbar_ct])?;
+
+    let [lk, uk, rbar_c] = dk_vjp(g, root, ke[0], ke[1], rbar, kbar_c)?;
+    let y = prod(g, &[rbar_c, t, ebart])?;
+    acc(g, &mut s_c, y)?;
+    let y = prod(g, &[s, rbar_c, t])?;
+    acc(g, &mut ebar_c, y)?;
+    let y = prod(g, &[ebart, s, rbar_c])?;
+    acc(g, &mut t_c, y)?;
+    let y = prod(g, &[sbar_c, r, t])?;
+    acc(g, &mut ebar_c, y)?;
+    let y = prod(g, &[ebart, sbar_c, r])?;
+    acc(g, &mut t_c, y)?;
+    let y = prod(g, &[t, ebart, sbar_c])?;
+    acc(g, &mut r_c, y)?;
+
+    let ebar_ct = swap_last(g, ebar_c)?;
+    let y = two(g, [ebar_c, x, et], [e, x, ebar_ct])?;
+    acc(g, &mut dy_c, y)?;
+    let y = two(g, [dyt, ebar_c, x], [dy, ebar_c, xt])?;
+    acc(g, &mut e_c, y)?;
+    let x_c = two(g, [ebar_ct, dy, e], [et, dy, ebar_c])?;
+
+    let y = prod(g, &[e_c, t, r])?;
+    acc(g, &mut s_c, y)?;
+    let y = prod(g, &[s, e_c, t])?;
+    acc(g, &mut r_c, y)?;
+    let y = prod(g, &[r, s, e_c])?;
+    acc(g, &mut t_c, y)?;
+    let mut k_c = dk(g, root, ke[0], ke[1], r_c)?;
+    let y = g.eigh_backward(ke[0], ke[1], lk, uk)?;
+    acc(g, &mut k_c, y)?;
+    let y = two(g, [k_c, t, qt], [qt, t, k_c])?;
+    acc(g, &mut t_c, y)?;
+    let y = prod(g, &[t, k_c, t])?;
+    acc(g, &mut q_c, y)?;
+    let y = base.adjoint(g, s_c, t_c)?;
+    acc(g, &mut p_c, y)?;
+    Ok(vec![Some(p_c), Some(q_c), Some(x_c), Some(dy_c)])
+}

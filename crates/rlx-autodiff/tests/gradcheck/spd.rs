@@ -131,4 +131,23 @@ pub const CASES: &[Case] = &[
         domains: &[("k", Below(5))],
         tol: F64,
     },
+    Case {
+        name: "log map, exp map and transport backward (second order)",
+        src: r#"%0 = Input(name:"a",ty:(dtype:F64,shape:[6,3]))()
+            %1 = Transpose(perm:[1,0])(%0)
+            %2 = MatMul()(%1, %0)
+            %3 = Input(name:"c",ty:(dtype:F64,shape:[6,3]))()
+            %4 = Transpose(perm:[1,0])(%3)
+            %5 = MatMul()(%4, %3)
+            %6 = Input(name:"e",ty:(dtype:F64,shape:[3,3]))()
+            %7 = Transpose(perm:[1,0])(%6)
+            %8 = Binary(op:Add)(%6, %7)
+            %9 = Input(name:"dy",ty:(dtype:F64,shape:[3,3]))()
+            %10 = SpdLogMapBackward()(%2, %5, %9)
+            %11 = SpdExpMapBackward()(%2, %8, %9)
+            %12 = SpdParallelTransportBackward()(%2, %5, %8, %9)
+            return %10, %10.1, %11, %11.1, %12, %12.1, %12.2"#,
+        domains: &[],
+        tol: F64,
+    },
 ];
