@@ -79,7 +79,7 @@ fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId]) -> Re
             continue;
         }
         let wanted: Vec<bool> =
-            node.inputs.iter().map(|v| from_target[v.node.index()] && g.ty(*v).dtype.is_float()).collect();
+            node.inputs.iter().map(|v| from_target[v.node.index()] && has_tangent(g.ty(*v).dtype)).collect();
         let mut vjp = Vjp { g: &mut *g, inputs: &node.inputs, outputs: &outs, cts: &out_cts, wanted: &wanted };
         let in_cts = rules::vjp(&node.op, &mut vjp).unwrap_or_else(|| Err(AdError::NoRule(vec![node.op.kind()])))?;
         for ((&v, ct), want) in node.inputs.iter().zip(in_cts).zip(&wanted) {
@@ -92,6 +92,11 @@ fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId]) -> Re
         }
     }
     Ok(cts)
+}
+
+/// Whether values of `dtype` carry cotangents: floats, and C64 as its `(re, im)` pair.
+fn has_tangent(dtype: rlx_ir::DType) -> bool {
+    dtype.is_float() || dtype == rlx_ir::DType::C64
 }
 
 /// A constant `v` shaped like `like`.

@@ -9,11 +9,14 @@ mod attention;
 mod conv;
 mod elementwise;
 mod index;
+mod linalg;
 mod matmul;
 mod norm;
 mod reduce;
 mod shape;
+mod signal;
 mod softmax;
+mod spd;
 
 use crate::{reverse, Result};
 use rlx_ir::{Graph, Op, OpKind, ValueId};
@@ -53,11 +56,14 @@ const FAMILIES: &[(&[OpKind], Rule)] = &[
     (conv::KINDS, conv::vjp),
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
+    (linalg::KINDS, linalg::vjp),
     (matmul::KINDS, matmul::vjp),
     (norm::KINDS, norm::vjp),
     (reduce::KINDS, reduce::vjp),
     (shape::KINDS, shape::vjp),
     (softmax::KINDS, softmax::vjp),
+    (signal::KINDS, signal::vjp),
+    (spd::KINDS, spd::vjp),
 ];
 
 /// Kinds through which no gradient flows, each with the reason (OPS.md §23.1 "none").
@@ -73,6 +79,9 @@ pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
     (OpKind::RngNormal, "random draws do not depend on operands"),
     (OpKind::RngUniform, "random draws do not depend on operands"),
     (OpKind::Sample, "a discrete draw"),
+    (OpKind::SpdKarcherMean, "a detached batch statistic (OPS.md §16)"),
+    (OpKind::SpdKarcherMeanWeighted, "a detached batch statistic (OPS.md §16)"),
+    (OpKind::WelchPeaks, "a top-k selection of PSD bins (OPS.md §17)"),
 ];
 
 /// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.
