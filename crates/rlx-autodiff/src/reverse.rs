@@ -96,6 +96,11 @@ fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId]) -> Re
     Ok(cts)
 }
 
+/// Whether values of `dtype` carry cotangents: floats, and C64 as its `(re, im)` pair.
+pub(crate) fn has_tangent(dtype: rlx_ir::DType) -> bool {
+    dtype.is_float() || dtype == rlx_ir::DType::C64
+}
+
 /// A constant `v` shaped like `like`.
 pub(crate) fn filled_like(g: &mut Graph, like: ValueId, v: f64) -> Result<ValueId> {
     let ty = g.ty(like).clone();

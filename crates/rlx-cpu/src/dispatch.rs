@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, ssm};
+use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, splat, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -165,6 +165,11 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::DequantMoEWeights(a) => quant::dequant_moe_weights(a, ins[0], out),
         Op::ScaledQuantScale(a) => quant::scaled_quant_scale(a, ins[0], out),
         Op::ScaledQuantize(a) => quant::scaled_quantize(a, ins[0], ins[1], out),
+        // splat
+        Op::GaussianSplatRender(a) => splat::gaussian_splat_render(a, ins, out),
+        Op::GaussianSplatPrepare(a) => splat::gaussian_splat_prepare(a, ins, out),
+        Op::GaussianSplatRasterize(a) => splat::gaussian_splat_rasterize(a, ins, out),
+        Op::GaussianSplatRenderBackward(a) => splat::gaussian_splat_render_backward(a, ins, outs),
         other => Err(format!("{} has no CPU kernel", other.kind())),
     }
 }

@@ -178,6 +178,10 @@ impl Plan {
 }
 
 impl Executable for CpuExecutable {
+    fn param(&self, index: usize) -> Result<Option<Tensor>> {
+        Ok(self.params[index].clone())
+    }
+
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {
         self.params[index] = Some(value);
         Ok(())

@@ -159,5 +159,10 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         DequantMoEWeights,
         ScaledQuantScale,
         ScaledQuantize,
+        // splat
+        GaussianSplatRender,
+        GaussianSplatPrepare,
+        GaussianSplatRasterize,
+        GaussianSplatRenderBackward,
     ]
 };

@@ -45,6 +45,9 @@ pub trait Executable: Send {
     /// Stores the parameter at `index` of `Graph::params()`; its type is already checked.
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()>;
 
+    /// A copy of the parameter at `index` as a host tensor (`None` if never set).
+    fn param(&self, index: usize) -> Result<Option<Tensor>>;
+
     /// Runs with the inputs in `Graph::inputs()` order (types checked, symbols bound) and
     /// returns the graph's outputs.
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>>;

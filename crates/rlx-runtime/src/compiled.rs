@@ -48,10 +48,7 @@ impl CompiledGraph {
 
     /// Sets a parameter (weights are uploaded or packed once, here).
     pub fn set_param(&mut self, name: &str, value: Tensor) -> Result<()> {
-        let Some(index) = self.params.iter().position(|(n, _, _)| n == name) else {
-            let known = self.params.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ");
-            return Err(RuntimeError::UnknownParam { name: name.into(), known });
-        };
+        let index = self.param_index(name)?;
         let expected = &self.params[index].1;
         if !matches_static(expected, &value, &mut Bindings::new()) {
             return Err(RuntimeError::TypeMismatch {
@@ -64,6 +61,46 @@ impl CompiledGraph {
         self.exec.set_param(index, value)?;
         self.params[index].2 = true;
         Ok(())
+    }
+
+    /// The current value of a parameter.
+    pub fn param(&self, name: &str) -> Result<Tensor> {
+        let index = self.param_index(name)?;
+        self.exec.param(index)?.ok_or_else(|| RuntimeError::MissingParam { name: name.into() })
+    }
+
+    fn param_index(&self, name: &str) -> Result<usize> {
+        self.params.iter().position(|(n, _, _)| n == name).ok_or_else(|| RuntimeError::UnknownParam {
+            name: name.into(),
+            known: self.params.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Runs, then makes each output listed in `updates` the new value of its parameter
+    /// (`(output index, parameter name)`): a training step's weights and optimizer state stay
+    /// with the compiled graph. Returns the outputs not consumed by an update, in order.
+    pub fn run_updating(&mut self, inputs: &[(&str, &Tensor)], updates: &[(usize, &str)]) -> Result<Vec<Tensor>> {
+        let targets = updates.iter().map(|(o, name)| Ok((*o, self.param_index(name)?))).collect::<Result<Vec<_>>>()?;
+        let outputs = self.run(inputs)?;
+        let mut kept = Vec::with_capacity(outputs.len());
+        for (o, t) in outputs.into_iter().enumerate() {
+            match targets.iter().find(|(u, _)| *u == o) {
+                Some(&(_, p)) => {
+                    let expected = &self.params[p].1;
+                    if t.ty() != *expected {
+                        return Err(RuntimeError::TypeMismatch {
+                            what: "parameter update",
+                            name: self.params[p].0.clone(),
+                            expected: expected.clone(),
+                            got: t.ty().to_string(),
+                        });
+                    }
+                    self.exec.set_param(p, t)?;
+                }
+                None => kept.push(t),
+            }
+        }
+        Ok(kept)
     }
 
     /// Runs the graph on named inputs; outputs come in the graph's output order.

@@ -125,10 +125,11 @@ fn select(v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     Ok(vec![None, Some(back_to(g, dt, t)?), Some(back_to(g, df, f)?)])
 }
 
-/// A float-to-float cast passes `ȳ` back in the operand's dtype.
+/// A cast between float and C64 dtypes passes `ȳ` back in the operand's dtype (real → C64
+/// back as the real part, C64 → real back as `ȳ + 0i`, OPS.md §23.2 item 16).
 fn cast(v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     let to = v.g.ty(v.inputs[0]).dtype;
-    if !to.is_float() {
+    if !(to.is_float() || to == rlx_ir::DType::C64) {
         return Ok(vec![None]);
     }
     let dy = v.ct(0)?;

@@ -5,14 +5,20 @@
 //! [`NON_DIFFERENTIABLE`] pass no gradient by definition; kinds with neither are lowered
 //! through their decomposition before the sweep.
 
+mod attention;
+mod conv;
 pub(crate) mod custom;
 mod elementwise;
 mod index;
+mod linalg;
 mod matmul;
+mod norm;
 mod quant;
 mod reduce;
 mod shape;
+mod signal;
 mod softmax;
+mod spd;
 
 pub use custom::{register_custom_vjp, CustomVjp};
 
@@ -50,14 +56,20 @@ type Rule = fn(&Op, &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>>;
 
 /// Every family's differentiable kinds and its rule.
 const FAMILIES: &[(&[OpKind], Rule)] = &[
+    (attention::KINDS, attention::vjp),
+    (conv::KINDS, conv::vjp),
     (custom::KINDS, custom::vjp),
     (elementwise::KINDS, elementwise::vjp),
     (index::KINDS, index::vjp),
+    (linalg::KINDS, linalg::vjp),
     (matmul::KINDS, matmul::vjp),
+    (norm::KINDS, norm::vjp),
     (quant::KINDS, quant::vjp),
     (reduce::KINDS, reduce::vjp),
     (shape::KINDS, shape::vjp),
     (softmax::KINDS, softmax::vjp),
+    (signal::KINDS, signal::vjp),
+    (spd::KINDS, spd::vjp),
 ];
 
 /// Kinds through which no gradient flows, each with the reason (OPS.md §23.1 "none").
@@ -73,14 +85,17 @@ pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
     (OpKind::RngNormal, "random draws do not depend on operands"),
     (OpKind::RngUniform, "random draws do not depend on operands"),
     (OpKind::Sample, "a discrete draw"),
-    (OpKind::DequantMoEWeights, "materializes frozen quantized weights"),
-    (OpKind::KvAppend, "a state update (in-place cache write)"),
+    (OpKind::SpdKarcherMean, "a detached batch statistic (OPS.md §16)"),
+    (OpKind::SpdKarcherMeanWeighted, "a detached batch statistic (OPS.md §16)"),
+    (OpKind::WelchPeaks, "a top-k selection of PSD bins (OPS.md §17)"),
+    (OpKind::DequantMoEWeights, "materializes frozen quantized weights (OPS.md §5)"),
+    (OpKind::KvAppend, "a state update, the in-place cache write (OPS.md §9)"),
 ];
 
-/// Whether a cotangent flows into `v`: float values, and the integer outputs of the
+/// Whether a cotangent flows into `v`: float and C64 values, and the integer outputs of the
 /// straight-through quantizers (an F32 cotangent).
 pub fn has_cotangent(g: &Graph, v: ValueId) -> bool {
-    g.ty(v).dtype.is_float() || quant::STRAIGHT_THROUGH.contains(&g.node(v.node).op.kind())
+    reverse::has_tangent(g.ty(v).dtype) || quant::STRAIGHT_THROUGH.contains(&g.node(v.node).op.kind())
 }
 
 /// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.

@@ -25,6 +25,8 @@ pub mod signal;
 pub mod spd;
 // quant
 pub mod quant;
+// splat
+pub mod splat;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
