@@ -71,10 +71,11 @@ fn straight_through_gradients_match_their_stop_gradient_forms() {
 /// Differentiable kinds with no checked gradient yet (the autodiff issue grows the rules
 /// family by family). The test fails when a kind here gains a case, so the list stays exact.
 const PENDING: &[&str] = &[
+    // Needs a rule emitting GaussianSplatRenderBackward with clipping disabled, and a case
+    // whose scene stays visible under finite differences.
     "GaussianSplatRender",
+    // Second order of the splat renderer: no closed form written.
     "GaussianSplatRenderBackward",
-    "GaussianSplatPrepare",
-    "GaussianSplatRasterize",
 ];
 
 #[test]

@@ -90,6 +90,8 @@ pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
     (OpKind::WelchPeaks, "a top-k selection of PSD bins (OPS.md §17)"),
     (OpKind::DequantMoEWeights, "materializes frozen quantized weights (OPS.md §5)"),
     (OpKind::KvAppend, "a state update, the in-place cache write (OPS.md §9)"),
+    (OpKind::GaussianSplatPrepare, "a packed intermediate of the render pipeline (OPS.md §23.1)"),
+    (OpKind::GaussianSplatRasterize, "consumes the packed prepare buffer; differentiate GaussianSplatRender instead"),
 ];
 
 /// Whether a cotangent flows into `v`: float and C64 values, and the integer outputs of the
