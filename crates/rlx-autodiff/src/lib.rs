@@ -5,10 +5,13 @@
 //! The result goes through the same optimizer, fusion and backends as any forward graph.
 //! Ops without a VJP rule of their own are first lowered through their common-IR
 //! decomposition (fused ops, regions, control flow), so a rule exists once per concept.
+//! [`jvp`] (forward mode) transposes reverse mode, and [`hvp`] is `jvp` of `grad`.
 
+mod forward;
 mod reverse;
 pub mod rules;
 
+pub use forward::{hvp, jvp, TANGENT};
 pub use reverse::grad;
 
 use rlx_ir::{IrError, OpKind};

@@ -101,14 +101,19 @@ pub(crate) fn has_tangent(dtype: rlx_ir::DType) -> bool {
     dtype.is_float() || dtype == rlx_ir::DType::C64
 }
 
-/// A constant `v` shaped like `like`.
-pub(crate) fn filled_like(g: &mut Graph, like: ValueId, v: f64) -> Result<ValueId> {
-    let ty = g.ty(like).clone();
+/// A constant `v` of type `ty`.
+pub(crate) fn filled(g: &mut Graph, ty: &rlx_ir::TensorType, v: f64) -> Result<ValueId> {
     let s = scalar(g, ty.dtype, v)?;
     if ty.rank() == 0 {
         return Ok(s);
     }
     Ok(g.expand_to(s, &ty.shape)?)
+}
+
+/// A constant `v` shaped like `like`.
+pub(crate) fn filled_like(g: &mut Graph, like: ValueId, v: f64) -> Result<ValueId> {
+    let ty = g.ty(like).clone();
+    filled(g, &ty, v)
 }
 
 pub(crate) fn ones_like(g: &mut Graph, like: ValueId) -> Result<ValueId> {
