@@ -76,7 +76,7 @@ fn compare(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), Stri
         let ok = if w.is_nan() { g.is_nan() } else if w.is_infinite() { g == w } else { (g - w).abs() <= atol + rtol * w.abs() };
         if !ok {
             let excess = (g - w).abs() / (atol + rtol * w.abs()).max(f64::MIN_POSITIVE);
-            if !(excess <= worst.1) {
+            if excess > worst.1 || excess.is_nan() {
                 worst = (i, excess);
             }
         }

@@ -33,7 +33,7 @@ impl Pass for Cse {
                 }
             }
         }
-        Ok(crate::dce::Dce.run(&rw.finish())?)
+        crate::dce::Dce.run(&rw.finish())
     }
 }
 

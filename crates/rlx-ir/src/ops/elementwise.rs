@@ -311,7 +311,7 @@ fn check_spline(num_basis: u32, grid_min: f32, grid_max: f32, x: &TensorType) ->
     if num_basis == 0 {
         return Err("num_basis must be at least 1".into());
     }
-    if num_basis > 1 && !(grid_max > grid_min) {
+    if num_basis > 1 && grid_max.partial_cmp(&grid_min) != Some(std::cmp::Ordering::Greater) {
         return Err(format!("grid_max {grid_max} must exceed grid_min {grid_min}"));
     }
     Ok(())

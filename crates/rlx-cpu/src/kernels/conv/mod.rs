@@ -328,40 +328,55 @@ pub fn conv_transpose3d(a: &ConvTranspose3d, x: In, w: In, out: &mut Out) -> Res
     floats2!(x, w, out, |x, w, o| conv_transpose(x, w, o, ch, &g))
 }
 
+/// The geometry attributes every conv backward op carries.
+struct Spec<'a> {
+    kernel: &'a [usize],
+    stride: &'a [usize],
+    padding: &'a [usize],
+    dilation: &'a [usize],
+    groups: usize,
+}
+
+macro_rules! spec {
+    ($a:expr) => {
+        Spec { kernel: &$a.kernel_size, stride: &$a.stride, padding: &$a.padding, dilation: &$a.dilation, groups: $a.groups }
+    };
+}
+
 /// The input gradient of a conv: the transposed conv of `dy [N, C_out, small]` with the
 /// forward weight `w [C_out, C_in/g, K]` (read as a transposed-conv weight), into the
 /// declared `dx [N, C_in, big]`.
-fn backward_input(k: &[usize], s: &[usize], p: &[usize], d: &[usize], groups: usize, dy: In, w: In, out: &mut Out) -> Result<(), String> {
-    let g = Geom::new(&out.dims[2..], &dy.dims[2..], k, s, p, d);
-    let ch = transposed_channels(dy.dims, out.dims, groups);
+fn backward_input(sp: Spec, dy: In, w: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&out.dims[2..], &dy.dims[2..], sp.kernel, sp.stride, sp.padding, sp.dilation);
+    let ch = transposed_channels(dy.dims, out.dims, sp.groups);
     floats2!(dy, w, out, |dy, w, o| conv_transpose(dy, w, o, ch, &g))
 }
 
 /// The weight gradient of a conv from `x [N, C_in, big]` and `dy [N, C_out, small]`.
-fn backward_weight(k: &[usize], s: &[usize], p: &[usize], d: &[usize], groups: usize, x: In, dy: In, out: &mut Out) -> Result<(), String> {
-    let g = Geom::new(&x.dims[2..], &dy.dims[2..], k, s, p, d);
-    let ch = Channels { n: x.dims[0], c_in: x.dims[1], c_out: dy.dims[1], groups };
+fn backward_weight(sp: Spec, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    let g = Geom::new(&x.dims[2..], &dy.dims[2..], sp.kernel, sp.stride, sp.padding, sp.dilation);
+    let ch = Channels { n: x.dims[0], c_in: x.dims[1], c_out: dy.dims[1], groups: sp.groups };
     floats2!(x, dy, out, |x, dy, o| conv_backward_weight(x, dy, o, ch, &g))
 }
 
 /// `Conv2dBackwardInput(ȳ, w)`.
 pub fn conv2d_backward_input(a: &Conv2dBackwardInput, dy: In, w: In, out: &mut Out) -> Result<(), String> {
-    backward_input(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, dy, w, out)
+    backward_input(spec!(a), dy, w, out)
 }
 
 /// `Conv3dBackwardInput(ȳ, w)`.
 pub fn conv3d_backward_input(a: &Conv3dBackwardInput, dy: In, w: In, out: &mut Out) -> Result<(), String> {
-    backward_input(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, dy, w, out)
+    backward_input(spec!(a), dy, w, out)
 }
 
 /// `Conv2dBackwardWeight(x, ȳ)`.
 pub fn conv2d_backward_weight(a: &Conv2dBackwardWeight, x: In, dy: In, out: &mut Out) -> Result<(), String> {
-    backward_weight(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, x, dy, out)
+    backward_weight(spec!(a), x, dy, out)
 }
 
 /// `Conv3dBackwardWeight(x, ȳ)`.
 pub fn conv3d_backward_weight(a: &Conv3dBackwardWeight, x: In, dy: In, out: &mut Out) -> Result<(), String> {
-    backward_weight(&a.kernel_size, &a.stride, &a.padding, &a.dilation, a.groups, x, dy, out)
+    backward_weight(spec!(a), x, dy, out)
 }
 
 /// `Im2Col`: `x [N, C, H, W]` → rows `[N·H_o·W_o, C·kH·kW]`, row `(n, h_o, w_o)`, column
@@ -430,8 +445,9 @@ mod tests {
 
     #[test]
     fn gemm_conv_matches_the_direct_loop() {
-        // (big, kernel, stride, padding, dilation, channels)
-        let cases: &[([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3], Channels)] = &[
+        /// (big, kernel, stride, padding, dilation, channels)
+        type Case = ([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3], Channels);
+        let cases: &[Case] = &[
             ([1, 7, 9], [1, 3, 3], [1, 1, 2], [0, 1, 0], [1, 1, 2], Channels { n: 2, c_in: 4, c_out: 6, groups: 2 }),
             ([1, 5, 5], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 1, c_in: 3, c_out: 2, groups: 1 }),
             ([3, 4, 5], [2, 3, 2], [1, 2, 1], [1, 0, 1], [2, 1, 1], Channels { n: 1, c_in: 3, c_out: 3, groups: 3 }),
