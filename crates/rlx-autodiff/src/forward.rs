@@ -3,9 +3,8 @@
 //! rules (including those of the backward ops), and gives `hvp` as `jvp` of `grad`.
 
 use crate::reverse::{filled, grad};
+use rlx_opt::decompose::build::inner_sum;
 use crate::{AdError, Result};
-use rlx_ir::ops::elementwise::BinaryOp;
-use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{Graph, Op, ValueId};
 use rlx_opt::rewrite::Rewriter;
 
@@ -23,30 +22,22 @@ pub fn jvp(g: &Graph, wrt: &[&str]) -> Result<Graph> {
     let floats: Vec<usize> = (0..outputs.len()).filter(|&i| g.ty(outputs[i]).dtype.is_float()).collect();
     let mut seeded = g.clone();
     let seeds: Vec<String> = floats.iter().map(|i| format!("{SEED}{i}")).collect();
-    let mut pairing = None;
+    let mut pairs = Vec::new();
     for (&i, name) in floats.iter().zip(&seeds) {
         let ty = seeded.ty(outputs[i]).clone();
-        let u = seeded.input(name, ty);
-        let term = inner(&mut seeded, outputs[i], u)?;
-        pairing = Some(match pairing {
-            Some(acc) => seeded.binary(BinaryOp::Add, acc, term)?,
-            None => term,
-        });
+        pairs.push((outputs[i], seeded.input(name, ty)));
     }
-    let Some(pairing) = pairing else { return Err(AdError::Rule { op: "jvp", msg: "the graph has no float output".into() }) };
+    let pairing = inner_sum(&mut seeded, &pairs)?.ok_or_else(|| AdError::Rule { op: "jvp", msg: "the graph has no float output".into() })?;
     let mut vjp = grad(&seeded, pairing, wrt)?;
     let n = outputs.len();
     let cotangents = vjp.outputs()[n..].to_vec();
-    let mut second = None;
+    let mut pairs = Vec::new();
     for (name, &xbar) in wrt.iter().zip(&cotangents) {
-        let t = vjp.input(&format!("{TANGENT}{name}"), vjp.ty(xbar).clone());
-        let term = inner(&mut vjp, xbar, t)?;
-        second = Some(match second {
-            Some(acc) => vjp.binary(BinaryOp::Add, acc, term)?,
-            None => term,
-        });
+        let ty = vjp.ty(xbar).clone();
+        pairs.push((xbar, vjp.input(&format!("{TANGENT}{name}"), ty)));
     }
-    let second = second.ok_or_else(|| AdError::Rule { op: "jvp", msg: "no input to differentiate with respect to".into() })?;
+    let second = inner_sum(&mut vjp, &pairs)?
+        .ok_or_else(|| AdError::Rule { op: "jvp", msg: "no input to differentiate with respect to".into() })?;
     let primal = vjp.outputs()[..n].to_vec();
     vjp.set_outputs(primal)?;
     let seed_names: Vec<&str> = seeds.iter().map(String::as_str).collect();
@@ -65,12 +56,6 @@ pub fn hvp(g: &Graph, loss: ValueId, wrt: &[&str]) -> Result<Graph> {
     jvp(&only_grads, wrt)
 }
 
-/// `Σ a·b` over every axis.
-fn inner(g: &mut Graph, a: ValueId, b: ValueId) -> Result<ValueId> {
-    let p = g.binary(BinaryOp::Mul, a, b)?;
-    let axes: Vec<usize> = (0..g.ty(p).rank()).collect();
-    Ok(g.reduce(ReduceOp::Sum, p, &axes, false)?)
-}
 
 /// `g` with the seed inputs replaced by zeros: the tangents are linear in the seeds' duals and
 /// do not depend on their values, so the caller never passes them.

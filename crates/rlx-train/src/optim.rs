@@ -5,7 +5,7 @@
 use crate::Result;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx_ir::{DType, Graph, ValueId};
-use rlx_opt::decompose::build::scalar;
+use rlx_opt::decompose::build::{inner_sum, scalar};
 
 /// An optimizer and its hyper-parameters (the learning rate comes from the schedule).
 #[derive(Clone, Debug, PartialEq)]
@@ -142,19 +142,10 @@ fn scaled(g: &mut Graph, x: ValueId, lr: ValueId) -> Result<ValueId> {
 /// Scales every gradient by `min(1, max_norm/(‖g‖ + 1e-6))`, `‖g‖` the global L2 norm
 /// (`torch.nn.utils.clip_grad_norm_`).
 pub(crate) fn clip_global_norm(g: &mut Graph, grads: &[ValueId], max_norm: f32) -> Result<Vec<ValueId>> {
-    let Some(&first) = grads.first() else { return Ok(Vec::new()) };
-    let dt = g.ty(first).dtype;
-    let mut total: Option<ValueId> = None;
-    for &gr in grads {
-        let sq = g.binary(BinaryOp::Mul, gr, gr)?;
-        let axes: Vec<usize> = (0..g.ty(sq).rank()).collect();
-        let s = g.reduce(rlx_ir::ops::reduce::ReduceOp::Sum, sq, &axes, false)?;
-        total = Some(match total {
-            Some(t) => g.binary(BinaryOp::Add, t, s)?,
-            None => s,
-        });
-    }
-    let norm = g.activation(ActivationKind::Sqrt, total.expect("at least one gradient"))?;
+    let pairs: Vec<(ValueId, ValueId)> = grads.iter().map(|&gr| (gr, gr)).collect();
+    let Some(total) = inner_sum(g, &pairs)? else { return Ok(Vec::new()) };
+    let dt = g.ty(total).dtype;
+    let norm = g.activation(ActivationKind::Sqrt, total)?;
     let tiny = scalar(g, dt, 1e-6)?;
     let denom = g.binary(BinaryOp::Add, norm, tiny)?;
     let max = scalar(g, dt, f64::from(max_norm))?;

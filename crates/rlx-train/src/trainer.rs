@@ -66,7 +66,12 @@ impl Trainer {
         let state_params: Vec<(String, TensorType)> = states.iter().map(|(n, v, _)| (n.clone(), g.ty(*v).clone())).collect();
         let mut compiled = session.compile(&g)?;
         for (name, ty) in &state_params {
-            let dims: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().unwrap_or(0)).collect();
+            let dims = ty
+                .shape
+                .dims()
+                .iter()
+                .map(|d| d.as_static().ok_or_else(|| TrainError::Config(format!("optimizer state `{name}` needs a static shape, got {ty}"))))
+                .collect::<Result<Vec<usize>>>()?;
             compiled.set_param(name, Tensor::zeros(ty.dtype, &dims))?;
         }
         let updated = params.iter().cloned().chain(state_params.into_iter().map(|(n, _)| n)).collect();

@@ -110,5 +110,6 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     if NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == op.kind()) {
         return Some(Ok(vec![None; v.inputs.len()]));
     }
-    FAMILIES.iter().find_map(|(_, rule)| rule(op, v))
+    let kind = op.kind();
+    FAMILIES.iter().find(|(kinds, _)| kinds.contains(&kind)).and_then(|(_, rule)| rule(op, v))
 }

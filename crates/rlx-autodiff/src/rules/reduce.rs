@@ -13,13 +13,7 @@ pub const KINDS: &[OpKind] = &[OpKind::Reduce, OpKind::Cumsum, OpKind::CumsumBac
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     Some(match op {
         Op::Reduce(r) => reduce(r, v),
-        Op::Cumsum(c) => {
-            let dy = match v.ct(0) {
-                Ok(d) => d,
-                Err(e) => return Some(Err(e)),
-            };
-            v.g.add1(CumsumBackward { axis: c.axis, exclusive: c.exclusive }, &[dy]).map(|d| vec![Some(d)]).map_err(Into::into)
-        }
+        Op::Cumsum(c) => cumsum(c, v),
         Op::CumsumBackward(c) => cumsum_backward(c, v),
         Op::TopK(_) => top_k(v),
         Op::Sort(s) => sort(s.axis, s.descending, v),
@@ -79,6 +73,12 @@ fn count(g: &mut Graph, r: &Reduce, x: ValueId) -> Result<ValueId> {
         })?;
     }
     Ok(scalar(g, ty.dtype, n as f64)?)
+}
+
+/// `CumsumBackward(ȳ)`: the reverse running sum.
+fn cumsum(c: &rlx_ir::ops::reduce::Cumsum, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
+    let dy = v.ct(0)?;
+    Ok(vec![Some(v.g.add1(CumsumBackward { axis: c.axis, exclusive: c.exclusive }, &[dy])?)])
 }
 
 /// `CumsumBackward` is linear: its VJP is the forward running sum of the cotangent.

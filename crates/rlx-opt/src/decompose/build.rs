@@ -1,7 +1,9 @@
-//! Small graph-building helpers shared by the decompositions of the fused, matmul, quant and
-//! control families: typed scalar constants, per-axis parameter shapes, un-broadcasting, and
-//! the legalize-and-check harness of their unit tests.
+//! Small graph-building helpers shared by the decompositions (and by rlx-autodiff's rules
+//! and rlx-train's updates): typed scalar and vector constants, per-axis parameter shapes,
+//! un-broadcasting, summed inner products, and the legalize-and-check harness of the
+//! decompositions' unit tests.
 
+use rlx_ir::ops::elementwise::BinaryOp;
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Dim, Graph, IrError, Shape, TensorType, ValueId};
 
@@ -69,6 +71,21 @@ pub fn unbroadcast(g: &mut Graph, v: ValueId, target: &Shape) -> Result<ValueId,
         .collect();
     let summed = if axes.is_empty() { v } else { g.reduce(ReduceOp::Sum, v, &axes, true)? };
     reshape_if(g, summed, target)
+}
+
+/// `Σ_pairs Σ a·b` over every axis of each pair; `None` without pairs.
+pub fn inner_sum(g: &mut Graph, pairs: &[(ValueId, ValueId)]) -> Result<Option<ValueId>, IrError> {
+    let mut total = None;
+    for &(a, b) in pairs {
+        let p = g.binary(BinaryOp::Mul, a, b)?;
+        let axes: Vec<usize> = (0..g.ty(p).rank()).collect();
+        let term = g.reduce(ReduceOp::Sum, p, &axes, false)?;
+        total = Some(match total {
+            Some(acc) => g.binary(BinaryOp::Add, acc, term)?,
+            None => term,
+        });
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
