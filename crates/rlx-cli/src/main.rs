@@ -1,6 +1,6 @@
 //! The `rlx` command.
 
-mod demo;
+use rlx_cli::demo;
 
 use clap::{Parser, Subcommand};
 
@@ -26,7 +26,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo => demo::run(),
+        Command::Demo => demo::block::run(),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())

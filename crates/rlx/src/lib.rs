@@ -20,10 +20,13 @@
 
 pub mod coverage;
 
+pub use rlx_autodiff as autodiff;
 pub use rlx_cpu as cpu;
 pub use rlx_ir as ir;
+pub use rlx_models as models;
 pub use rlx_opt as opt;
 pub use rlx_runtime as runtime;
+pub use rlx_train as train;
 
 pub use rlx_ir::{DType, Dim, Graph, Op, OpKind, Shape, TensorType, ValueId};
 pub use rlx_runtime::{CompileOptions, CompiledGraph, Device, RuntimeError, Tensor};

@@ -1,4 +1,4 @@
-//! `rlx demo`: builds a small pre-norm transformer block with random weights, compiles it for
+//! `rlx demo block`: builds a small pre-norm transformer block with random weights, compiles it for
 //! the CPU (showing what legalization did with each op) and runs it at two batch × sequence
 //! sizes with one compiled graph.
 

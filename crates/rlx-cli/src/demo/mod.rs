@@ -1,0 +1,3 @@
+//! `rlx demo`: small end-to-end jobs that build, compile, run and train models on the CPU.
+
+pub mod block;

@@ -1,0 +1,3 @@
+//! The `rlx` command's library side: the demo jobs, callable from tests in reduced form.
+
+pub mod demo;
