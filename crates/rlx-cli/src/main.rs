@@ -13,8 +13,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build, compile and run a small model on the CPU, explaining each step.
-    Demo,
+    /// Train or run a small model on the CPU, end to end, with no download.
+    Demo {
+        #[command(subcommand)]
+        job: DemoJob,
+    },
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -23,10 +26,18 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum DemoJob {
+    /// Build, compile and run one transformer block with random weights, explaining each step.
+    Block,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo => demo::block::run(),
+        Command::Demo { job } => match job {
+            DemoJob::Block => demo::block::run(),
+        },
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())
