@@ -46,7 +46,7 @@ pub fn jvp(g: &Graph, wrt: &[&str]) -> Result<Graph> {
 }
 
 /// `hvp`: the Hessian of the scalar `loss` times the direction given by the inputs
-/// `tangent.<name>`; outputs `g`'s outputs, the gradient for each `wrt`, then `H·t` for each.
+/// `tangent.<name>`; outputs the gradient for each `wrt`, then `H·t` for each.
 pub fn hvp(g: &Graph, loss: ValueId, wrt: &[&str]) -> Result<Graph> {
     let mut scored = g.clone();
     scored.set_outputs(vec![loss])?;

@@ -13,10 +13,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train or run a small model on the CPU, end to end, with no download.
+    /// Train a character-level GPT on Shakespeare on the CPU (or another job), with no download.
+    #[command(args_conflicts_with_subcommands = true)]
     Demo {
         #[command(subcommand)]
-        job: DemoJob,
+        job: Option<DemoJob>,
+        /// Training steps.
+        #[arg(long)]
+        steps: Option<usize>,
+        /// Folder for the loss curve (loss.svg).
+        #[arg(long, default_value = "rlx-demo")]
+        out: std::path::PathBuf,
     },
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
@@ -35,8 +42,9 @@ enum DemoJob {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { job } => match job {
-            DemoJob::Block => demo::block::run(),
+        Command::Demo { job, steps, out } => match job {
+            None => demo::charlm::run(steps, out),
+            Some(DemoJob::Block) => demo::block::run(),
         },
         Command::Ops { markdown } => {
             ops(markdown);
