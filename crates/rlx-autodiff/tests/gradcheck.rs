@@ -29,6 +29,12 @@ mod matmul;
 mod rnn;
 #[path = "gradcheck/control.rs"]
 mod control;
+#[path = "gradcheck/splat.rs"]
+mod splat;
+#[path = "gradcheck/reduce.rs"]
+mod reduce;
+#[path = "gradcheck/complex.rs"]
+mod complex;
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;
@@ -50,6 +56,9 @@ fn all_cases() -> Vec<&'static harness::Case> {
         matmul::CASES,
         rnn::CASES,
         control::CASES,
+        splat::CASES,
+        reduce::CASES,
+        complex::CASES,
     ]
     .into_iter()
     .flatten()
@@ -70,13 +79,7 @@ fn straight_through_gradients_match_their_stop_gradient_forms() {
 
 /// Differentiable kinds with no checked gradient yet (the autodiff issue grows the rules
 /// family by family). The test fails when a kind here gains a case, so the list stays exact.
-const PENDING: &[&str] = &[
-    // Needs a rule emitting GaussianSplatRenderBackward with clipping disabled, and a case
-    // whose scene stays visible under finite differences.
-    "GaussianSplatRender",
-    // Second order of the splat renderer: no closed form written.
-    "GaussianSplatRenderBackward",
-];
+const PENDING: &[&str] = &[];
 
 #[test]
 fn every_kind_is_checked_non_differentiable_or_listed_as_pending() {

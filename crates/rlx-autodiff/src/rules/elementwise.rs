@@ -44,6 +44,8 @@ fn activation(kind: ActivationKind, v: &mut Vjp) -> Result<Vec<Option<ValueId>>>
 }
 
 /// `(∂/∂a, ∂/∂b)` of each arithmetic op; bitwise ops are integer-only and never reached.
+/// C64 `Mul`/`Div` take conjugates (`ȳ·conj(b)`, `ȳ/conj(b)`, ...): the cotangent is the
+/// real-pair gradient (OPS.md §3, §23.2 item 16).
 /// `Max`/`Min` send the whole cotangent to `a` on ties (`a ≥ b` for Max); `Pow`'s `∂/∂b`
 /// is `ȳ·aᵇ·ln a` where `a > 0` and zero elsewhere (as JAX); `Mod`'s `∂/∂b` is
 /// `−ȳ·trunc(a/b)`.
@@ -54,10 +56,14 @@ fn binary(op: BinaryOp, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     let (da, db) = match op {
         BinaryOp::Add => (dy, dy),
         BinaryOp::Sub => (dy, g.activation(ActivationKind::Neg, dy)?),
-        BinaryOp::Mul => (g.binary(BinaryOp::Mul, dy, b)?, g.binary(BinaryOp::Mul, dy, a)?),
+        BinaryOp::Mul => {
+            let (ca, cb) = (conj(g, a)?, conj(g, b)?);
+            (g.binary(BinaryOp::Mul, dy, cb)?, g.binary(BinaryOp::Mul, dy, ca)?)
+        }
         BinaryOp::Div => {
-            let da = g.binary(BinaryOp::Div, dy, b)?;
-            let q = g.binary(BinaryOp::Mul, da, y)?;
+            let (cb, cy) = (conj(g, b)?, conj(g, y)?);
+            let da = g.binary(BinaryOp::Div, dy, cb)?;
+            let q = g.binary(BinaryOp::Mul, da, cy)?;
             (da, g.activation(ActivationKind::Neg, q)?)
         }
         BinaryOp::Max | BinaryOp::Min => {
@@ -98,6 +104,11 @@ fn binary(op: BinaryOp, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
         BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => return Ok(vec![None, None]),
     };
     Ok(vec![Some(back_to(g, da, a)?), Some(back_to(g, db, b)?)])
+}
+
+/// `conj(v)` for C64, `v` itself for real dtypes.
+fn conj(g: &mut Graph, v: ValueId) -> Result<ValueId> {
+    Ok(if g.ty(v).dtype == rlx_ir::DType::C64 { g.conjugate(v)? } else { v })
 }
 
 /// `trunc(q)`: `Floor` for `q ≥ 0`, `Ceil` below.

@@ -25,6 +25,14 @@ pub enum Domain {
     /// As `Positive`, for an operand that receives no gradient by definition (a frozen
     /// quantization scale): its gradient must come out exactly zero, with no finite difference.
     Frozen,
+    /// Exactly these values (repeated to the input's length), for an operand that receives
+    /// no gradient by definition (a camera); checked as `Frozen`.
+    Fixed(&'static [f64]),
+    /// `base` (repeated to the input's length) plus uniform noise in `±spread`: inputs that
+    /// must stay near a valid configuration (a visible splat scene).
+    Around(&'static [f64], f64),
+    /// Standard normal with exact zeros at these flat positions: products through a zero.
+    Zeros(&'static [usize]),
 }
 
 /// One gradient check.
@@ -78,9 +86,12 @@ pub fn draw(rng: &mut Rng, ty: &TensorType, domain: Domain) -> Tensor {
             perm[..n].to_vec()
         }
         _ => (0..n)
-            .map(|_| match domain {
+            .map(|i| match domain {
                 Domain::Positive | Domain::Frozen => 0.5 + 1.5 * rng.uniform(),
                 Domain::Below(k) => (rng.uniform() * f64::from(k)).floor(),
+                Domain::Fixed(base) => base[i % base.len()],
+                Domain::Around(base, spread) => base[i % base.len()] + spread * (2.0 * rng.uniform() - 1.0),
+                Domain::Zeros(at) if at.contains(&i) => 0.0,
                 _ => rng.normal(),
             })
             .collect(),
@@ -151,7 +162,7 @@ pub fn check(case: &Case) -> Result<(), String> {
     let step = if computes_in_f32(&lg) { 1e-3 } else { 1e-5 };
     for (k, name) in wrt.iter().enumerate() {
         let got = analytic[1 + k].to_f64_vec();
-        if matches!(domain(case, name), Domain::Frozen) {
+        if matches!(domain(case, name), Domain::Frozen | Domain::Fixed(_)) {
             if got.iter().any(|&v| v != 0.0) {
                 return Err(format!("{}: the frozen `{name}` got a gradient {got:?}", case.name));
             }
@@ -174,7 +185,7 @@ pub fn check(case: &Case) -> Result<(), String> {
         values[idx].1 = base;
         let diff: f64 = got.iter().zip(&numeric).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
         let norm: f64 = numeric.iter().map(|b| b * b).sum::<f64>().sqrt();
-        if diff > tol * norm.max(1.0) {
+        if diff.is_nan() || diff > tol * norm.max(1.0) {
             return Err(format!(
                 "{}: gradient of `{name}` off by {:.3e} relative (|fd| = {norm:.3e})\n  analytic {got:?}\n  numeric  {numeric:?}",
                 case.name,
