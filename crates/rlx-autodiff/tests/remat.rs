@@ -105,13 +105,14 @@ fn gradients(layers: usize) -> usize {
 fn plain_gradient_keeps_only_what_the_backward_sweep_reads() {
     for layers in [4, 16] {
         let m = measure(&gradient(layers, false, Remat::KeepAll), layers, 1);
-        // Read by the backward sweep: x and t, each layer's pre-activation (ReluBackward) and
-        // output (the next MatMul's weight gradient), h_L − t; then the gradients, and at most
-        // four activation-sized and two weight-sized temporaries at a time.
-        let saved = (2 + layers + layers + 1) * ACT;
-        let bound = saved + gradients(layers) + 4 * ACT + 2 * WEIGHT;
+        // Alive when the backward sweep starts: x and each layer's pre-activation (read by
+        // ReluBackward) and output (read by the next MatMul's weight gradient).
+        let must = (1 + 2 * layers) * ACT;
+        // At most: those, t and h_L − t, the gradients, and four activation-sized and two
+        // weight-sized temporaries at a time.
+        let bound = must + 2 * ACT + gradients(layers) + 4 * ACT + 2 * WEIGHT;
         assert!(m.arena <= bound, "{layers} layers: arena {} > bound {bound}", m.arena);
-        assert!(m.arena >= saved, "{layers} layers: arena {} below what must be kept ({saved})", m.arena);
+        assert!(m.arena >= must, "{layers} layers: arena {} below what must be kept ({must})", m.arena);
     }
 }
 
@@ -139,8 +140,9 @@ fn assert_same_gradients_in_less_memory(layers: usize, residual: bool, remat: Re
 
 #[test]
 fn sqrt_remat_gives_the_same_gradients_in_less_memory() {
-    assert_same_gradients_in_less_memory(24, false, Remat::Sqrt, 0.5);
-    assert_same_gradients_in_less_memory(16, true, Remat::Sqrt, 0.6);
+    // Measured: 30 % and 38 % of the plain arena.
+    assert_same_gradients_in_less_memory(24, false, Remat::Sqrt, 0.4);
+    assert_same_gradients_in_less_memory(16, true, Remat::Sqrt, 0.5);
 }
 
 #[test]
@@ -152,10 +154,12 @@ fn user_marked_boundaries_give_the_same_gradients_in_less_memory() {
     let plain = measure(&grad(&g, loss, &wrt).unwrap(), layers, 3);
     let low = measure(&grad_with(&g, loss, &wrt, &GradOptions { remat: Remat::Keep(marks) }).unwrap(), layers, 3);
     assert_eq!(plain.outputs, low.outputs);
-    // Kept: x, t, four block outputs; recomputed: at most one block of four layers (two
-    // activations each) at a time.
-    let bound = (2 + 4 + 1 + 2 * 4) * ACT + gradients(layers) + 5 * ACT + 2 * WEIGHT;
+    // Kept: x and the four marked outputs; recomputed: one block of four layers (two
+    // activations each) at a time, read through one barrier copy; three temporaries.
+    // Measured: 38 % of plain.
+    let bound = (1 + 4 + 2 * 4 + 1 + 3) * ACT + gradients(layers) + 2 * WEIGHT;
     assert!(low.arena <= bound, "arena {} > bound {bound} (plain {})", low.arena, plain.arena);
+    assert!(bound < plain.arena);
 }
 
 #[test]
