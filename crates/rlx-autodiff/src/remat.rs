@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 /// Which forward values the backward sweep keeps alive; it recomputes the rest.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum Remat {
-    /// Keep every forward value the backward sweep reads (no recomputation).
+    /// Keep every forward value the backward sweep reads (no recomputation; the default).
     #[default]
     KeepAll,
     /// Keep about `√n` of the `n` forward ops' values, each the only value that carries the
@@ -39,10 +39,11 @@ pub(crate) struct Recompute {
 }
 
 impl Recompute {
-    /// The plan for the first `forward_len` nodes of `g`: kept are sources, values that do
-    /// not depend on an input, ops that update a buffer in place, `outputs`, and what `remat`
+    /// The plan for the nodes of `g` up to `loss`: kept are sources, values that do not
+    /// depend on an input, ops that update a buffer in place, `outputs`, and what `remat`
     /// selects (`marked`: the values of `Remat::Keep`, as ids of `g`).
-    pub(crate) fn new(g: &Graph, forward_len: usize, remat: &Remat, marked: &[ValueId], outputs: &[ValueId]) -> Recompute {
+    pub(crate) fn new(g: &Graph, loss: ValueId, remat: &Remat, marked: &[ValueId], outputs: &[ValueId]) -> Recompute {
+        let forward_len = loss.node.index() + 1;
         let nodes = &g.nodes()[..forward_len];
         let mut varying = vec![false; forward_len];
         let mut kept = vec![false; forward_len];

@@ -36,8 +36,7 @@ pub fn grad_with(g: &Graph, loss: ValueId, wrt: &[&str], options: &GradOptions) 
     let outputs = g.outputs()[1..=n].to_vec();
     let kept = g.outputs()[n + 1..].to_vec();
     let targets = wrt.iter().map(|name| source(&g, name)).collect::<Result<Vec<_>>>()?;
-    let forward_len = loss.node.index() + 1;
-    let mut reads = Recompute::new(&g, forward_len, &options.remat, &kept, &g.outputs()[..=n]);
+    let mut reads = Recompute::new(&g, loss, &options.remat, &kept, &g.outputs()[..=n]);
     let seed = ones_like(&mut g, loss)?;
     let cts = sweep(&mut g, loss, seed, &targets, &mut reads)?;
     let mut results = outputs;
