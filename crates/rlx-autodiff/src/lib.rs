@@ -6,13 +6,17 @@
 //! Ops without a VJP rule of their own are first lowered through their common-IR
 //! decomposition (fused ops, regions, control flow), so a rule exists once per concept.
 //! [`jvp`] (forward mode) transposes reverse mode, and [`hvp`] is `jvp` of `grad`.
+//! [`grad_with`] can trade compute for memory ([`Remat`]): the backward sweep then keeps only
+//! some forward values and recomputes the others just before it needs them.
 
 mod forward;
+mod remat;
 mod reverse;
 pub mod rules;
 
 pub use forward::{hvp, jvp, TANGENT};
-pub use reverse::grad;
+pub use remat::Remat;
+pub use reverse::{grad, grad_with, GradOptions};
 
 use rlx_ir::{IrError, OpKind};
 

@@ -1,5 +1,6 @@
 //! Reverse mode: the backward sweep over a prepared graph.
 
+use crate::remat::{Recompute, Remat};
 use crate::rules::{self, Vjp};
 use crate::{AdError, Result};
 use rlx_ir::{Graph, NodeId, OpKind, ValueId};
@@ -7,18 +8,37 @@ use rlx_opt::decompose::build::scalar;
 use rlx_opt::legalize::LegalizeError;
 use std::collections::HashMap;
 
+/// Options of [`grad_with`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GradOptions {
+    /// Which forward values the backward sweep keeps alive and which it recomputes.
+    pub remat: Remat,
+}
+
 /// A graph computing `g`'s outputs followed by the gradient of `loss` with respect to each
 /// input or parameter named in `wrt`, in order. A non-scalar `loss` is summed (its cotangent
 /// seed is all ones). Values `loss` does not depend on get zero gradients.
 pub fn grad(g: &Graph, loss: ValueId, wrt: &[&str]) -> Result<Graph> {
+    grad_with(g, loss, wrt, &GradOptions::default())
+}
+
+/// [`grad`] with options, e.g. rematerialisation to lower the memory the gradient needs.
+pub fn grad_with(g: &Graph, loss: ValueId, wrt: &[&str], options: &GradOptions) -> Result<Graph> {
+    let marked_in: &[ValueId] = match &options.remat {
+        Remat::Keep(values) => values,
+        _ => &[],
+    };
+    let n = g.outputs().len();
     let mut marked = g.clone();
-    marked.set_outputs(std::iter::once(loss).chain(g.outputs().iter().copied()).collect())?;
+    marked.set_outputs(std::iter::once(loss).chain(g.outputs().iter().copied()).chain(marked_in.iter().copied()).collect())?;
     let mut g = prepare(&marked)?;
     let loss = g.outputs()[0];
-    let outputs = g.outputs()[1..].to_vec();
+    let outputs = g.outputs()[1..=n].to_vec();
+    let kept = g.outputs()[n + 1..].to_vec();
     let targets = wrt.iter().map(|name| source(&g, name)).collect::<Result<Vec<_>>>()?;
+    let mut reads = Recompute::new(&g, loss, &options.remat, &kept, &g.outputs()[..=n]);
     let seed = ones_like(&mut g, loss)?;
-    let cts = sweep(&mut g, loss, seed, &targets)?;
+    let cts = sweep(&mut g, loss, seed, &targets, &mut reads)?;
     let mut results = outputs;
     for &t in &targets {
         results.push(match cts.get(&t) {
@@ -57,8 +77,9 @@ fn source(g: &Graph, name: &str) -> Result<ValueId> {
 }
 
 /// Runs the VJP rules from `loss` (cotangent `seed`) back to `targets`, over the nodes that
-/// lie on a path between them; returns the accumulated cotangent of every value reached.
-fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId]) -> Result<HashMap<ValueId, ValueId>> {
+/// lie on a path between them, reading forward values through `reads`; returns the
+/// accumulated cotangent of every value reached.
+fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId], reads: &mut Recompute) -> Result<HashMap<ValueId, ValueId>> {
     let forward_len = loss.node.index() + 1;
     let mut from_target = vec![false; forward_len];
     for t in targets {
@@ -82,7 +103,9 @@ fn sweep(g: &mut Graph, loss: ValueId, seed: ValueId, targets: &[ValueId]) -> Re
         }
         let wanted: Vec<bool> =
             node.inputs.iter().map(|v| from_target[v.node.index()] && rules::has_cotangent(g, *v)).collect();
-        let mut vjp = Vjp { g: &mut *g, inputs: &node.inputs, outputs: &outs, cts: &out_cts, wanted: &wanted };
+        let inputs = node.inputs.iter().map(|&v| reads.value(g, v)).collect::<Result<Vec<_>>>()?;
+        let outputs = outs.iter().map(|&v| reads.value(g, v)).collect::<Result<Vec<_>>>()?;
+        let mut vjp = Vjp { g: &mut *g, inputs: &inputs, outputs: &outputs, cts: &out_cts, wanted: &wanted };
         let in_cts = rules::vjp(&node.op, &mut vjp).unwrap_or_else(|| Err(AdError::NoRule(vec![node.op.kind()])))?;
         for ((&v, ct), want) in node.inputs.iter().zip(in_cts).zip(&wanted) {
             let Some(ct) = ct.filter(|_| *want) else { continue };

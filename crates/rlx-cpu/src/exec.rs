@@ -41,6 +41,16 @@ impl CpuExecutable {
     }
 }
 
+/// The plan of `g` for these input shapes, made on first use.
+fn plan_for<'p>(plans: &'p mut HashMap<Vec<Vec<usize>>, Plan>, g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<&'p mut Plan> {
+    let key: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    if !plans.contains_key(&key) {
+        let p = plan(g, inputs, bindings)?;
+        plans.insert(key.clone(), p);
+    }
+    Ok(plans.get_mut(&key).expect("plan was just inserted"))
+}
+
 fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     let graph = specialize(g, &inputs.iter().map(|t| t.ty()).collect::<Vec<_>>(), bindings)?;
     let mut slots: Vec<Vec<(Slot, Vec<usize>)>> = Vec::with_capacity(graph.len());
@@ -188,12 +198,10 @@ impl Executable for CpuExecutable {
     }
 
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
-        let key: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        if !self.plans.contains_key(&key) {
-            let p = plan(&self.graph, inputs, bindings)?;
-            self.plans.insert(key.clone(), p);
-        }
-        let plan = self.plans.get_mut(&key).expect("plan was just inserted");
-        plan.run(&self.params, inputs)
+        plan_for(&mut self.plans, &self.graph, inputs, bindings)?.run(&self.params, inputs)
+    }
+
+    fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {
+        Ok(Some(plan_for(&mut self.plans, &self.graph, inputs, bindings)?.arena.bytes().len()))
     }
 }

@@ -51,4 +51,11 @@ pub trait Executable: Send {
     /// Runs with the inputs in `Graph::inputs()` order (types checked, symbols bound) and
     /// returns the graph's outputs.
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>>;
+
+    /// Bytes of working memory (activations, inputs and outputs; not parameters or constants)
+    /// that `run` plans for inputs of these shapes, or `None` for a backend without one planned
+    /// arena. It is the memory planner's peak, what rematerialisation aims to lower.
+    fn arena_bytes(&mut self, _inputs: &[&Tensor], _bindings: &Bindings) -> Result<Option<usize>> {
+        Ok(None)
+    }
 }

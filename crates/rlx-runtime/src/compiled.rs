@@ -105,14 +105,28 @@ impl CompiledGraph {
 
     /// Runs the graph on named inputs; outputs come in the graph's output order.
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>> {
+        let (ordered, bindings) = self.bind(inputs)?;
+        if let Some((name, _, _)) = self.params.iter().find(|p| !p.2) {
+            return Err(RuntimeError::MissingParam { name: name.clone() });
+        }
+        self.exec.run(&ordered, &bindings)
+    }
+
+    /// The working memory the backend plans for a run on these inputs (see
+    /// [`Executable::arena_bytes`]); planning needs their shapes only, not parameters.
+    pub fn arena_bytes(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Option<usize>> {
+        let (ordered, bindings) = self.bind(inputs)?;
+        self.exec.arena_bytes(&ordered, &bindings)
+    }
+
+    /// The named inputs in `Graph::inputs()` order, checked against their types, with the
+    /// symbols they bind.
+    fn bind<'t>(&self, inputs: &[(&str, &'t Tensor)]) -> Result<(Vec<&'t Tensor>, Bindings)> {
         for (name, _) in inputs {
             if !self.inputs.iter().any(|(n, _)| n == name) {
                 let known = self.inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
                 return Err(RuntimeError::UnknownInput { name: name.to_string(), known });
             }
-        }
-        if let Some((name, _, _)) = self.params.iter().find(|p| !p.2) {
-            return Err(RuntimeError::MissingParam { name: name.clone() });
         }
         let mut ordered = Vec::with_capacity(self.inputs.len());
         let mut bindings = Bindings::new();
@@ -151,7 +165,7 @@ impl CompiledGraph {
             }
             ordered.push(t);
         }
-        self.exec.run(&ordered, &bindings)
+        Ok((ordered, bindings))
     }
 }
 

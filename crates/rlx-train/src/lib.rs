@@ -4,7 +4,8 @@
 //! [`Trainer`] differentiates a model graph's loss with respect to its parameters
 //! ([`rlx_autodiff::grad`]), appends the [`Optimizer`]'s update (after optional global-norm
 //! clipping), compiles the whole step once, and runs it per batch with the learning rate
-//! from a [`Schedule`]. Checkpoints are safetensors files holding parameters, optimizer state
+//! from a [`Schedule`]; with [`Remat`] the step recomputes activations instead of keeping them
+//! (activation checkpointing). Checkpoints are safetensors files holding parameters, optimizer state
 //! and the step count; resuming continues bit for bit.
 
 mod checkpoint;
@@ -15,6 +16,7 @@ mod trainer;
 
 pub use init::Init;
 pub use optim::Optimizer;
+pub use rlx_autodiff::Remat;
 pub use schedule::Schedule;
 pub use trainer::{TrainConfig, Trainer};
 

@@ -2,16 +2,40 @@
 
 use crate::optim::{clip_global_norm, StepInputs};
 use crate::{Optimizer, Result, Schedule, TrainError};
+use rlx_autodiff::{GradOptions, Remat};
 use rlx_ir::{Graph, TensorType, ValueId};
 use rlx_runtime::{CompiledGraph, Session, Tensor};
 
-/// How to train: the optimizer, the learning-rate schedule and optional clipping.
+/// How to train: the optimizer, the learning-rate schedule, optional clipping and
+/// rematerialisation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainConfig {
     pub optimizer: Optimizer,
     pub schedule: Schedule,
     /// Clip the global gradient norm to this value before the update.
     pub clip_norm: Option<f32>,
+    /// Which activations the step keeps for the backward sweep; the rest it recomputes
+    /// (less memory for more compute; the same parameters either way).
+    pub remat: Remat,
+}
+
+impl TrainConfig {
+    /// `optimizer` with `schedule`, no clipping, every activation kept.
+    pub fn new(optimizer: Optimizer, schedule: Schedule) -> TrainConfig {
+        TrainConfig { optimizer, schedule, clip_norm: None, remat: Remat::KeepAll }
+    }
+
+    /// Clips the global gradient norm to `max` before each update.
+    pub fn with_clip_norm(mut self, max: f32) -> TrainConfig {
+        self.clip_norm = Some(max);
+        self
+    }
+
+    /// Trains with rematerialisation (activation checkpointing).
+    pub fn with_remat(mut self, remat: Remat) -> TrainConfig {
+        self.remat = remat;
+        self
+    }
 }
 
 /// Names of the scalar inputs the step graph adds.
@@ -41,7 +65,7 @@ impl Trainer {
         let names: Vec<&str> = params.iter().map(String::as_str).collect();
         let mut scored = model.clone();
         scored.set_outputs(vec![loss])?;
-        let mut g = rlx_autodiff::grad(&scored, loss, &names)?;
+        let mut g = rlx_autodiff::grad_with(&scored, loss, &names, &GradOptions { remat: config.remat.clone() })?;
         let outs = g.outputs().to_vec();
         let loss_out = outs[0];
         let mut grads = outs[1..].to_vec();
@@ -115,15 +139,32 @@ impl Trainer {
     /// One optimizer step on a batch (the model's inputs by name); returns the loss before
     /// the update.
     pub fn step(&mut self, batch: &[(&str, &Tensor)]) -> Result<f32> {
-        let lr = Tensor::scalar(self.lr());
-        let t = Tensor::scalar((self.step + 1) as f32);
-        let mut inputs: Vec<(&str, &Tensor)> = batch.to_vec();
-        inputs.push((LR, &lr));
-        inputs.push((STEP, &t));
+        let (lr, t) = self.scalars();
+        let inputs = with_scalars(batch, &lr, &t);
         let updates: Vec<(usize, &str)> = self.updated.iter().enumerate().map(|(i, n)| (1 + i, n.as_str())).collect();
         let out = self.compiled.run_updating(&inputs, &updates)?;
         self.step += 1;
         let loss = out.first().ok_or_else(|| TrainError::Config("the step graph returned no loss".into()))?;
         Ok(loss.to_f64_vec()[0] as f32)
     }
+
+    /// The working memory a step on batches shaped like `batch` takes (the backend's planned
+    /// arena, see [`rlx_runtime::CompiledGraph::arena_bytes`]); `None` if it plans none.
+    pub fn arena_bytes(&mut self, batch: &[(&str, &Tensor)]) -> Result<Option<usize>> {
+        let (lr, t) = self.scalars();
+        Ok(self.compiled.arena_bytes(&with_scalars(batch, &lr, &t))?)
+    }
+
+    /// The learning rate and step number the next step reads.
+    fn scalars(&self) -> (Tensor, Tensor) {
+        (Tensor::scalar(self.lr()), Tensor::scalar((self.step + 1) as f32))
+    }
+}
+
+/// `batch` with the step graph's scalar inputs added.
+fn with_scalars<'a>(batch: &[(&'a str, &'a Tensor)], lr: &'a Tensor, t: &'a Tensor) -> Vec<(&'a str, &'a Tensor)> {
+    let mut inputs = batch.to_vec();
+    inputs.push((LR, lr));
+    inputs.push((STEP, t));
+    inputs
 }
