@@ -111,11 +111,8 @@ pub fn train(opts: &CharLmOptions) -> Result<CharLmReport, Box<dyn Error>> {
     let model_cfg = GptConfig { vocab: corpus.alphabet.len(), ..opts.model };
     let model = model_cfg.build()?;
     let session = Session::new(Device::Cpu)?;
-    let config = TrainConfig {
-        optimizer: Optimizer::adamw(0.01),
-        schedule: Schedule::WarmupCosine { peak: opts.peak_lr, min: opts.peak_lr / 10.0, warmup: (opts.steps as u64 / 10).max(1), total: opts.steps as u64 },
-        clip_norm: Some(1.0),
-    };
+    let schedule = Schedule::WarmupCosine { peak: opts.peak_lr, min: opts.peak_lr / 10.0, warmup: (opts.steps as u64 / 10).max(1), total: opts.steps as u64 };
+    let config = TrainConfig::new(Optimizer::adamw(0.01), schedule).with_clip_norm(1.0);
     let t = Instant::now();
     let mut trainer = Trainer::new(&session, &model.graph, model.loss, config)?;
     let mut eval_graph = model.graph.clone();
