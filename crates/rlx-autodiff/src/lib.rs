@@ -6,13 +6,17 @@
 //! Ops without a VJP rule of their own are first lowered through their common-IR
 //! decomposition (fused ops, regions, control flow), so a rule exists once per concept.
 //! [`jvp`] (forward mode) transposes reverse mode, and [`hvp`] is `jvp` of `grad`.
+//! [`vmap`] maps a graph over a new batch axis by per-op batching rules; its result is an
+//! ordinary graph, so it composes with `grad` and `jvp` either way round.
 
 mod forward;
 mod reverse;
 pub mod rules;
+pub mod vmap;
 
 pub use forward::{hvp, jvp, TANGENT};
 pub use reverse::grad;
+pub use vmap::{vmap, UNBATCHED};
 
 use rlx_ir::{IrError, OpKind};
 
@@ -26,6 +30,10 @@ pub enum AdError {
     UnknownName { name: String, known: String },
     #[error("`{name}` is {dtype}: only floating-point values have gradients")]
     NotFloat { name: String, dtype: rlx_ir::DType },
+    #[error("cannot vmap {}: no batching rule and no decomposition into ops that have one", .0.name())]
+    NoBatchingRule(OpKind),
+    #[error("cannot batch `{name}` at axis {axis}: it has rank {rank}")]
+    BatchAxis { name: String, axis: usize, rank: usize },
     #[error("{op}: {msg}")]
     Rule { op: &'static str, msg: String },
     #[error(transparent)]
