@@ -16,7 +16,7 @@ pub mod vmap;
 
 pub use forward::{hvp, jvp, TANGENT};
 pub use reverse::grad;
-pub use vmap::{vmap, UNBATCHED};
+pub use vmap::{vmap, SHARED_OPERANDS, UNBATCHED};
 
 use rlx_ir::{IrError, OpKind};
 

@@ -15,11 +15,16 @@ mod attention;
 mod conv;
 mod elementwise;
 mod index;
+mod linalg;
 mod matmul;
 mod norm;
+mod quant;
+mod random;
 mod reduce;
 mod shape;
+mod signal;
 mod softmax;
+mod spd;
 
 use crate::{AdError, Result};
 use rlx_ir::ops::shape::{Expand, Reshape, TargetDim, Transpose};
@@ -28,8 +33,55 @@ use rlx_ir::{Dim, Graph, NodeId, Op, OpKind, Shape, TensorType, ValueId};
 /// Kinds with no batching rule and no decomposition, each with the reason. A node of one of
 /// these kinds still maps when none of its operands is batched.
 pub const UNBATCHED: &[(OpKind, &str)] = &[
-    (OpKind::KvAppend, "an in-place cache write: a broadcast cache would be written through; append outside the map"),
+    (OpKind::Custom, "an opaque registered kernel: nothing says how its operands batch"),
     (OpKind::Sample, "draws one stream across rows, so batched rows would not draw what each example draws alone"),
+    (OpKind::Cholesky, NO_BATCHED_KIND),
+    (OpKind::TriangularSolve, NO_BATCHED_KIND),
+    (OpKind::Det, NO_BATCHED_KIND),
+    (OpKind::LogDet, NO_BATCHED_KIND),
+    (OpKind::Svd, NO_BATCHED_KIND),
+    (OpKind::Qr, NO_BATCHED_KIND),
+    (OpKind::ReEig, NO_BATCHED_KIND),
+    (OpKind::LogEig, NO_BATCHED_KIND),
+    (OpKind::ReEigBackward, NO_BATCHED_KIND),
+    (OpKind::LogEigBackward, NO_BATCHED_KIND),
+    (OpKind::SpdLogMap, NO_BATCHED_KIND),
+    (OpKind::SpdExpMap, NO_BATCHED_KIND),
+    (OpKind::SpdParallelTransport, NO_BATCHED_KIND),
+    (OpKind::SpdLogMapBackward, NO_BATCHED_KIND),
+    (OpKind::SpdExpMapBackward, NO_BATCHED_KIND),
+    (OpKind::SpdParallelTransportBackward, NO_BATCHED_KIND),
+    (OpKind::SpdKarcherMean, "a statistic over its own batch axis, which a per-example batch would have to keep apart"),
+    (OpKind::SpdKarcherMeanWeighted, "a statistic over its own batch axis, which a per-example batch would have to keep apart"),
+    (OpKind::SpdBatchNormBackwardG, "a sum over its own batch axis, which a per-example batch would have to keep apart"),
+    (OpKind::WelchPeaks, "its rows are segments of clips whose count the op derives; no per-example form"),
+    (OpKind::FftButterflyStage, "per-stage gates and twiddles address one flat state; no batched form"),
+    (OpKind::ScaledQuantScale, "the per-tensor scale is an amax over the whole tensor, which a batch would share"),
+    (OpKind::ScaledQuantize, "reads the per-tensor scale of ScaledQuantScale"),
+    (OpKind::DequantMoEWeights, "materializes frozen quantized weights, shared by construction"),
+    (OpKind::GaussianSplatRender, SPLAT),
+    (OpKind::GaussianSplatRenderBackward, SPLAT),
+    (OpKind::GaussianSplatPrepare, SPLAT),
+    (OpKind::GaussianSplatRasterize, SPLAT),
+];
+
+/// Why the single-matrix factorizations are in [`UNBATCHED`].
+const NO_BATCHED_KIND: &str = "factors one matrix and has no batched kind (as EighBatch is to Eigh) for a rule to emit";
+
+/// Why the splat renderer is in [`UNBATCHED`].
+const SPLAT: &str = "renders one scene into one image through a packed tile buffer; no per-scene batch form";
+
+/// Kinds whose rule batches only some operands: the listed operands must be shared by every
+/// example (a batched one is an error), each entry with the reason.
+pub const SHARED_OPERANDS: &[(OpKind, &[usize], &str)] = &[
+    (OpKind::LogMel, &[1], "a per-example mel filter bank has no batched kernel"),
+    (OpKind::LogMelBackward, &[1], "a per-example mel filter bank has no batched kernel"),
+    (OpKind::PartitionedConv, &[1], "a per-example impulse response has no batched kernel"),
+    (OpKind::DequantMatMul, &[1, 2, 3, 4, 5], "frozen quantized weights"),
+    (OpKind::DequantGroupedMatMul, &[1], "frozen quantized expert weights"),
+    (OpKind::DequantGroupedMatMulMlx, &[1, 2, 3], "frozen quantized expert weights"),
+    (OpKind::SpdBatchNorm, &[1, 2], "the batch mean and bias are statistics of the op's own batch"),
+    (OpKind::SpdBatchNormBackwardX, &[0, 1], "the batch mean and bias are statistics of the op's own batch"),
 ];
 
 /// Maps `g` over a new batch axis of extent `size`: each input or parameter named in
@@ -91,9 +143,9 @@ pub fn vmap(g: &Graph, batched: &[(&str, usize)], size: Dim) -> Result<Graph> {
 }
 
 /// Whether `kind` maps when its operands are batched: it has a rule, or a decomposition
-/// into kinds that do.
+/// into kinds that do, or is a source (no operands; `vmap` gives the named ones the axis).
 pub fn has_rule(kind: OpKind) -> bool {
-    FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind)) || rlx_opt::decompose::has_rule(kind)
+    kind.family() == "source" || FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind)) || rlx_opt::decompose::has_rule(kind)
 }
 
 /// A family's rule: the node's outputs built on batched values (each with the batch axis
@@ -106,11 +158,16 @@ const FAMILIES: &[(&[OpKind], Rule)] = &[
     (conv::KINDS, conv::rule),
     (elementwise::KINDS, elementwise::rule),
     (index::KINDS, index::rule),
+    (linalg::KINDS, linalg::rule),
     (matmul::KINDS, matmul::rule),
     (norm::KINDS, norm::rule),
+    (quant::KINDS, quant::rule),
+    (random::KINDS, random::rule),
     (reduce::KINDS, reduce::rule),
     (shape::KINDS, shape::rule),
+    (signal::KINDS, signal::rule),
     (softmax::KINDS, softmax::rule),
+    (spd::KINDS, spd::rule),
 ];
 
 /// Deepest chain of decompositions batched in turn (as `legalize` bounds its rounds).
@@ -200,7 +257,7 @@ fn batched_type(ty: &TensorType, size: &Dim) -> TensorType {
 }
 
 /// `v` repeated along a new leading axis of extent `size`.
-fn broadcast(g: &mut Graph, size: &Dim, v: ValueId) -> Result<ValueId> {
+pub(crate) fn broadcast(g: &mut Graph, size: &Dim, v: ValueId) -> Result<ValueId> {
     let mut target = vec![TargetDim::from(size)];
     target.extend((0..g.ty(v).rank()).map(|_| TargetDim::Size(-1)));
     Ok(g.add1(Expand { target_shape: target }, &[v])?)
@@ -350,4 +407,26 @@ pub(crate) fn folding(b: &mut Batch, op: impl Into<Op>, lead: &[usize]) -> Optio
         let rows: Vec<Dim> = b.outs.iter().map(|t| t.shape.dim(0).clone()).collect();
         ys.into_iter().zip(&rows).map(|(y, r)| b.unfolded(y, r)).collect()
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_rule_a_decomposition_or_a_reason() {
+        let mut wrong = Vec::new();
+        for &kind in OpKind::ALL {
+            let listed = UNBATCHED.iter().filter(|(k, _)| *k == kind).count();
+            if listed > 1 || has_rule(kind) == (listed == 1) {
+                wrong.push(kind.name());
+            }
+            let owners = FAMILIES.iter().filter(|(kinds, _)| kinds.contains(&kind)).count();
+            assert!(owners <= 1, "{kind} has {owners} batching families");
+        }
+        assert!(wrong.is_empty(), "kinds needing exactly one of a rule, a decomposition or an UNBATCHED entry: {wrong:?}");
+        for (kind, _, _) in SHARED_OPERANDS {
+            assert!(FAMILIES.iter().any(|(kinds, _)| kinds.contains(kind)), "{kind} keeps operands shared but has no rule");
+        }
+    }
 }

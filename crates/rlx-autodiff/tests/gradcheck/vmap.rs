@@ -2,14 +2,16 @@
 //! example on fresh random inputs, its outputs stacked.
 //!
 //! Each case maps twice: with every input batched at axis 0 (integer labels and indices are
-//! per-example too, drawn from their domain), and with only the first input batched, at its
-//! last axis (the others shared), which exercises the rules' unbatched-operand paths and a
-//! non-zero in-axis.
+//! per-example too, drawn from their domain) except those reaching an operand that
+//! `SHARED_OPERANDS` keeps shared, and with only the first other input batched, at its last
+//! axis (the rest shared), which exercises the rules' unbatched-operand paths and a non-zero
+//! in-axis.
 
 use super::harness::{domain, draw, Case, Rng};
-use rlx_autodiff::{vmap, UNBATCHED};
+use rlx_autodiff::{vmap, SHARED_OPERANDS, UNBATCHED};
 use rlx_cpu::CpuBackend;
-use rlx_ir::{Dim, Graph, TensorType};
+use rlx_ir::{Dim, Graph, Op, TensorType};
+use std::collections::BTreeSet;
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
 
@@ -26,10 +28,33 @@ pub fn skipped(case: &Case) -> bool {
 pub fn check(case: &Case) -> Result<(), String> {
     let g = rlx_ir::text::parse(case.src).map_err(|e| format!("{}: {e}", case.name))?;
     let sources: Vec<(String, TensorType)> = g.inputs().iter().chain(&g.params()).map(|(n, v)| (n.to_string(), g.ty(*v).clone())).collect();
-    let all: Vec<(&str, usize)> = sources.iter().map(|(n, _)| (n.as_str(), 0)).collect();
+    let shared = kept_shared(&g);
+    let free: Vec<&(String, TensorType)> = sources.iter().filter(|(n, _)| !shared.contains(n)).collect();
+    let all: Vec<(&str, usize)> = free.iter().map(|(n, _)| (n.as_str(), 0)).collect();
     check_map(case, &g, &sources, &all)?;
-    let (first, ty) = &sources[0];
+    let (first, ty) = free.first().ok_or_else(|| format!("{}: every input is kept shared", case.name))?;
     check_map(case, &g, &sources, &[(first.as_str(), ty.rank())])
+}
+
+/// The inputs that reach an operand `SHARED_OPERANDS` keeps shared.
+fn kept_shared(g: &Graph) -> BTreeSet<String> {
+    let mut reach: Vec<BTreeSet<String>> = Vec::with_capacity(g.len());
+    for n in g.nodes() {
+        let mut from: BTreeSet<String> = n.inputs.iter().flat_map(|v| reach[v.node.index()].clone()).collect();
+        if let Op::Input(i) = &n.op {
+            from.insert(i.name.clone());
+        }
+        reach.push(from);
+    }
+    let mut kept = BTreeSet::new();
+    for n in g.nodes() {
+        for (_, ops, _) in SHARED_OPERANDS.iter().filter(|(k, _, _)| *k == n.op.kind()) {
+            for v in ops.iter().filter_map(|&i| n.inputs.get(i)) {
+                kept.extend(reach[v.node.index()].iter().cloned());
+            }
+        }
+    }
+    kept
 }
 
 fn check_map(case: &Case, g: &Graph, sources: &[(String, TensorType)], batched: &[(&str, usize)]) -> Result<(), String> {
