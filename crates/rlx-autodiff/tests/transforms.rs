@@ -170,3 +170,20 @@ fn a_chosen_in_axis_maps_like_axis_zero() {
     let got = run(&mapped, &inputs);
     assert_close(&got[0], &looped(&g, &shared, &examples)[0], "losses");
 }
+
+/// A random draw shaped like a batched template is the draw each example makes alone (one key).
+#[test]
+fn random_draws_are_shared_like_a_loop_with_one_key() {
+    let src = r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[2,3]))()
+    %1 = RngNormal(mean:0.0,scale:1.0,key:7,op_seed:None,shape:None)(%0)
+    %2 = Binary(op:Add)(%0, %1)
+    return %2"#;
+    let g = rlx_ir::text::parse(src).unwrap();
+    let mapped = vmap(&g, &[("x", 0)], Dim::Static(B)).unwrap();
+    let mut rng = Rng::new(6);
+    let examples: Vec<Named> = (0..B)
+        .map(|_| vec![("x".to_string(), Tensor::from_vec((0..6).map(|_| rng.normal() as f32).collect::<Vec<f32>>(), &[2, 3]).unwrap())])
+        .collect();
+    let got = run(&mapped, &stacked(&examples));
+    assert_close(&got[0], &looped(&g, &Vec::new(), &examples)[0], "x + draw");
+}
