@@ -1,6 +1,6 @@
 //! Shape ops: axis attributes shift past the batch axis, targets gain it in front.
 
-use super::{Batch};
+use super::Batch;
 use crate::Result;
 use rlx_ir::ops::shape::{Concat, Expand, Narrow, Pad, Reshape, Reverse, Slice, TargetDim, Transpose};
 use rlx_ir::{Op, OpKind, ValueId};

@@ -95,7 +95,7 @@ fn check_map(case: &Case, g: &Graph, sources: &[(String, TensorType)], batched: 
         let got = got.to_f64_vec();
         let diff = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
         let norm = want.iter().map(|b| b * b).sum::<f64>().sqrt();
-        if got.len() != want.len() || !(diff <= tol * norm.max(1.0)) {
+        if got.len() != want.len() || diff.is_nan() || diff > tol * norm.max(1.0) {
             return Err(format!("{what}: output {o} off by {diff:.3e} (|loop| = {norm:.3e})\n  vmap {got:?}\n  loop {want:?}"));
         }
     }
