@@ -8,15 +8,19 @@
 //! [`jvp`] (forward mode) transposes reverse mode, and [`hvp`] is `jvp` of `grad`.
 //! [`grad_with`] can trade compute for memory ([`Remat`]): the backward sweep then keeps only
 //! some forward values and recomputes the others just before it needs them.
+//! [`vmap`] maps a graph over a new batch axis by per-op batching rules; its result is an
+//! ordinary graph, so it composes with `grad` and `jvp` either way round.
 
 mod forward;
 mod remat;
 mod reverse;
 pub mod rules;
+pub mod vmap;
 
 pub use forward::{hvp, jvp, TANGENT};
 pub use remat::Remat;
 pub use reverse::{grad, grad_with, GradOptions};
+pub use vmap::{vmap, SHARED_OPERANDS, UNBATCHED};
 
 use rlx_ir::{IrError, OpKind};
 
@@ -30,6 +34,10 @@ pub enum AdError {
     UnknownName { name: String, known: String },
     #[error("`{name}` is {dtype}: only floating-point values have gradients")]
     NotFloat { name: String, dtype: rlx_ir::DType },
+    #[error("cannot vmap {}: no batching rule and no decomposition into ops that have one", .0.name())]
+    NoBatchingRule(OpKind),
+    #[error("cannot batch `{name}` at axis {axis}: it has rank {rank}")]
+    BatchAxis { name: String, axis: usize, rank: usize },
     #[error("{op}: {msg}")]
     Rule { op: &'static str, msg: String },
     #[error(transparent)]

@@ -29,12 +29,17 @@ mod matmul;
 mod rnn;
 #[path = "gradcheck/control.rs"]
 mod control;
+<<<<<<< HEAD
 #[path = "gradcheck/splat.rs"]
 mod splat;
 #[path = "gradcheck/reduce.rs"]
 mod reduce;
 #[path = "gradcheck/complex.rs"]
 mod complex;
+=======
+#[path = "gradcheck/vmap.rs"]
+mod vmap;
+>>>>>>> h/vmap
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;
@@ -68,6 +73,14 @@ fn all_cases() -> Vec<&'static harness::Case> {
 #[test]
 fn gradients_match_central_differences() {
     let failures: Vec<String> = all_cases().into_iter().filter_map(|c| harness::check(c).err()).collect();
+    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn vmap_matches_a_loop_over_examples() {
+    let (skipped, cases): (Vec<_>, Vec<_>) = all_cases().into_iter().partition(|c| vmap::skipped(c));
+    println!("skipped (a kind in vmap::UNBATCHED): {:?}", skipped.iter().map(|c| c.name).collect::<Vec<_>>());
+    let failures: Vec<String> = cases.into_iter().filter_map(|c| vmap::check(c).err()).collect();
     assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
 }
 
