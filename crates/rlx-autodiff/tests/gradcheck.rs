@@ -29,17 +29,14 @@ mod matmul;
 mod rnn;
 #[path = "gradcheck/control.rs"]
 mod control;
-<<<<<<< HEAD
 #[path = "gradcheck/splat.rs"]
 mod splat;
 #[path = "gradcheck/reduce.rs"]
 mod reduce;
 #[path = "gradcheck/complex.rs"]
 mod complex;
-=======
 #[path = "gradcheck/vmap.rs"]
 mod vmap;
->>>>>>> h/vmap
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;

@@ -1,9 +1,9 @@
-//! `grad` and `hvp` against JAX (float64) on a small MLP and a pre-norm transformer block:
-//! the committed fixtures of `tools/fixtures/transforms.py`.
+//! `grad`, `hvp` and per-example gradients `vmap(grad)` against JAX (float64) on a small MLP
+//! and a pre-norm transformer block: the committed fixtures of `tools/fixtures/transforms.py`.
 
-use rlx_autodiff::{grad, hvp, TANGENT};
+use rlx_autodiff::{grad, hvp, vmap, TANGENT};
 use rlx_cpu::CpuBackend;
-use rlx_ir::{DType, Graph};
+use rlx_ir::{DType, Dim, Graph};
 use rlx_runtime::{CompiledGraph, Session, Tensor};
 use safetensors::SafeTensors;
 use std::sync::Arc;
@@ -82,6 +82,37 @@ fn check(name: &str) {
     for (p, h) in f.params.iter().zip(&out[n..]) {
         assert_close(h, &f.tensor(&format!("hvp.{p}")), &format!("{name} hvp.{p}"));
     }
+}
+
+/// Per-example gradients: `grad` of the one-example loss, mapped over the batch of inputs.
+fn check_per_example(name: &str) {
+    let f = Fixture::load(name);
+    let loss = f.example.outputs()[0];
+    let wrt: Vec<&str> = f.params.iter().map(String::as_str).collect();
+    let inputs = f.inputs();
+    let batch: Vec<(&str, usize)> = inputs.iter().map(|n| (n.as_str(), 0)).collect();
+    let size = f.tensor(&format!("input.{}", inputs[0])).shape()[0];
+    let per_example = vmap(&grad(&f.example, loss, &wrt).unwrap(), &batch, Dim::Static(size)).unwrap();
+    let values: Vec<(String, Tensor)> = inputs
+        .iter()
+        .map(|n| {
+            let t = f.tensor(&format!("input.{n}"));
+            let mut dims = t.shape().to_vec();
+            dims.insert(1, 1);
+            (n.clone(), Tensor::from_bytes(DType::F64, &dims, t.bytes()).unwrap())
+        })
+        .collect();
+    let named: Vec<(&str, &Tensor)> = values.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let out = f.compile(&per_example).run(&named).unwrap();
+    for (p, g) in f.params.iter().zip(&out[1..]) {
+        assert_close(g, &f.tensor(&format!("per_example_grad.{p}")), &format!("{name} per-example grad.{p}"));
+    }
+}
+
+#[test]
+fn per_example_gradients_by_vmap_of_grad_match_jax() {
+    check_per_example("mlp");
+    check_per_example("block");
 }
 
 #[test]
