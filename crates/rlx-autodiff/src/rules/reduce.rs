@@ -62,17 +62,18 @@ fn reduce(r: &Reduce, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     Ok(vec![Some(dx)])
 }
 
-/// The number of elements each output of `r` reduces, as a scalar of `x`'s dtype.
+/// The number of elements each output of `r` reduces, in `x`'s dtype: a constant scalar where
+/// the reduced axes are static, else a sum of ones counted at run time (shaped like `y`).
 fn count(g: &mut Graph, r: &Reduce, x: ValueId) -> Result<ValueId> {
     let ty = g.ty(x).clone();
-    let mut n = 1usize;
-    for &a in &r.axes {
-        n *= ty.shape.dim(a).as_static().ok_or_else(|| crate::AdError::Rule {
-            op: "Reduce",
-            msg: format!("Mean over the symbolic axis {a} of {ty} needs a concrete size"),
-        })?;
+    let sizes: Option<Vec<usize>> = r.axes.iter().map(|&a| ty.shape.dim(a).as_static()).collect();
+    match sizes {
+        Some(sizes) => Ok(scalar(g, ty.dtype, sizes.iter().product::<usize>() as f64)?),
+        None => {
+            let ones = crate::reverse::ones_like(g, x)?;
+            Ok(g.reduce(ReduceOp::Sum, ones, &r.axes, r.keep_dim)?)
+        }
     }
-    Ok(scalar(g, ty.dtype, n as f64)?)
 }
 
 /// `CumsumBackward(ȳ)`: the reverse running sum.
