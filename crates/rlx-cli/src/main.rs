@@ -30,6 +30,14 @@ enum Command {
 enum DemoJob {
     /// Build, compile and run one transformer block with random weights, explaining each step.
     Block,
+    /// Train a small CNN on the 8×8 handwritten digits shipped with rlx and report its test accuracy.
+    Digits {
+        #[arg(long, default_value_t = demo::digits::DigitsOptions::default().epochs)]
+        epochs: usize,
+        /// Seeds the train/test split, the batch order and the initial weights.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
 }
 
 fn main() {
@@ -37,6 +45,7 @@ fn main() {
     let result = match cli.command {
         Command::Demo { job } => match job {
             DemoJob::Block => demo::block::run(),
+            DemoJob::Digits { epochs, seed } => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
         Command::Ops { markdown } => {
             ops(markdown);

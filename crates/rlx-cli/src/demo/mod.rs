@@ -1,3 +1,4 @@
 //! `rlx demo`: small end-to-end jobs that build, compile, run and train models on the CPU.
 
 pub mod block;
+pub mod digits;
