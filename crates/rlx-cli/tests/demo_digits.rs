@@ -19,8 +19,8 @@ fn a_short_run_lowers_the_loss_and_beats_chance() {
     assert!(held_out.len() == 360 && held_out[359] < 1797, "{held_out:?}");
     assert!(report.losses.iter().all(|l| l.is_finite()), "{:?}", report.losses);
     let (first, last) = (mean(&report.losses[..5]), mean(&report.losses[35..]));
-    assert!(last < 0.6 * first, "loss {first} → {last}: {:?}", report.losses);
+    assert!(last < 0.4 * first, "loss {first} → {last}: {:?}", report.losses);
     let recount = report.predictions.iter().filter(|(label, pred)| label == pred).count() as f64 / 360.0;
     assert_eq!(recount, report.test_accuracy);
-    assert!(report.test_accuracy > 0.6, "test accuracy {} after 40 steps", report.test_accuracy);
+    assert!(report.test_accuracy > 0.8, "test accuracy {} after 40 steps", report.test_accuracy);
 }
