@@ -32,6 +32,7 @@ enum DemoJob {
     Block,
     /// Train a small CNN on the 8×8 handwritten digits shipped with rlx and report its test accuracy.
     Digits {
+        /// Passes over the 1,437 training images.
         #[arg(long, default_value_t = demo::digits::DigitsOptions::default().epochs)]
         epochs: usize,
         /// Seeds the train/test split, the batch order and the initial weights.
