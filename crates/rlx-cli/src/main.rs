@@ -37,6 +37,15 @@ enum Command {
 enum DemoJob {
     /// Build, compile and run one transformer block with random weights, explaining each step.
     Block,
+    /// Train a small CNN on the 8×8 handwritten digits shipped with rlx and report its test accuracy.
+    Digits {
+        /// Passes over the 1,437 training images.
+        #[arg(long, default_value_t = demo::digits::DigitsOptions::default().epochs)]
+        epochs: usize,
+        /// Seeds the train/test split, the batch order and the initial weights.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
 }
 
 fn main() {
@@ -45,6 +54,7 @@ fn main() {
         Command::Demo { job, steps, out } => match job {
             None => demo::charlm::run(steps, out),
             Some(DemoJob::Block) => demo::block::run(),
+            Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
         Command::Ops { markdown } => {
             ops(markdown);

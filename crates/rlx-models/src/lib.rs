@@ -1,11 +1,13 @@
 //! Model builders: each returns an rlx [`rlx_ir::Graph`] with named parameters and says how
 //! to initialise them, so the same model serves inference, training and benchmarks.
 
+pub mod cnn;
 pub mod gpt;
 
 use rlx_train::Init;
 
-/// A parameter a model declares: its graph name, shape and initialiser.
+/// One parameter of a built model: its graph name, static shape and initialiser
+/// (`init.tensor(&shape, &mut rng)` draws a value).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamSpec {
     pub name: String,

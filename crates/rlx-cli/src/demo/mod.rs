@@ -2,4 +2,5 @@
 
 pub mod block;
 pub mod charlm;
+pub mod digits;
 pub mod plot;
