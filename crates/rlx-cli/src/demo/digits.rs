@@ -151,7 +151,7 @@ pub fn train(opts: &DigitsOptions) -> Result<DigitsReport, Box<dyn Error>> {
     }
     let total = opts.max_steps.unwrap_or(usize::MAX).min(per_epoch * opts.epochs);
     let schedule = Schedule::WarmupCosine { peak: opts.lr, min: opts.lr / 50.0, warmup: (total / 20) as u64, total: total as u64 };
-    let config = TrainConfig { optimizer: Optimizer::adamw(1e-4), schedule, clip_norm: Some(5.0) };
+    let config = TrainConfig::new(Optimizer::adamw(1e-4), schedule).with_clip_norm(5.0);
     let session = Session::new(Device::Cpu)?;
     let mut trainer = Trainer::new(&session, &train_graph, loss, config)?;
     for spec in &params {
