@@ -38,9 +38,9 @@ impl Default for CharLmOptions {
     fn default() -> Self {
         CharLmOptions {
             model: GptConfig { vocab: 0, context: 64, d_model: 128, heads: 4, layers: 4, d_ff: 512 },
-            steps: 300,
+            steps: 500,
             batch: 32,
-            peak_lr: 3e-3,
+            peak_lr: 6e-3,
             eval_every: 50,
             sample_chars: 400,
             seed: 1,
@@ -155,7 +155,14 @@ pub fn train(opts: &CharLmOptions) -> Result<CharLmReport, Box<dyn Error>> {
             for (x, y) in &eval_batches {
                 total += evaluator.run(&[(TOKENS, x), (TARGETS, y)])?[1].to_f64_vec()[0];
             }
-            eval.push((step + 1, (total / eval_batches.len() as f64) as f32));
+            let held = (total / eval_batches.len() as f64) as f32;
+            let line = format!("step {:>5}: held-out loss {held:.3} nats/char", step + 1);
+            if bar.is_hidden() {
+                say(line);
+            } else {
+                bar.println(line);
+            }
+            eval.push((step + 1, held));
         }
     }
     bar.finish();
