@@ -37,6 +37,8 @@ mod reduce;
 mod complex;
 #[path = "gradcheck/vmap.rs"]
 mod vmap;
+#[path = "gradcheck/directional.rs"]
+mod directional;
 
 use rlx_autodiff::rules::NON_DIFFERENTIABLE;
 use rlx_ir::OpKind;
@@ -70,6 +72,19 @@ fn all_cases() -> Vec<&'static harness::Case> {
 #[test]
 fn gradients_match_central_differences() {
     let failures: Vec<String> = all_cases().into_iter().filter_map(|c| harness::check(c).err()).collect();
+    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn jvp_and_hvp_match_central_differences_along_a_tangent() {
+    let failures: Vec<String> = all_cases()
+        .into_iter()
+        .filter_map(|c| {
+            let g = rlx_ir::text::parse(c.src).ok()?;
+            let first_order = g.nodes().iter().any(|n| directional::FIRST_ORDER_ONLY.contains(&n.op.kind().name()));
+            directional::check(c, first_order).err()
+        })
+        .collect();
     assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
 }
 
