@@ -77,14 +77,12 @@ fn gradients_match_central_differences() {
 
 #[test]
 fn jvp_and_hvp_match_central_differences_along_a_tangent() {
-    let failures: Vec<String> = all_cases()
-        .into_iter()
-        .filter_map(|c| {
-            let g = rlx_ir::text::parse(c.src).ok()?;
-            let first_order = g.nodes().iter().any(|n| directional::FIRST_ORDER_ONLY.contains(&n.op.kind().name()));
-            directional::check(c, first_order).err()
-        })
-        .collect();
+    for c in all_cases() {
+        if let Some((kind, order, why)) = directional::limit(c) {
+            println!("checked up to {order:?} (directional::LIMITED, {kind}: {why}): {}", c.name);
+        }
+    }
+    let failures: Vec<String> = all_cases().into_iter().filter_map(|c| directional::check(c).err()).collect();
     assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
 }
 
@@ -104,7 +102,8 @@ fn straight_through_gradients_match_their_stop_gradient_forms() {
 
 /// Differentiable kinds with no checked gradient yet (the autodiff issue grows the rules
 /// family by family). The test fails when a kind here gains a case, so the list stays exact.
-const PENDING: &[&str] = &[];
+/// `GaussianSplatRenderBackward`: its rule refuses (see `directional::LIMITED`).
+const PENDING: &[&str] = &["GaussianSplatRenderBackward"];
 
 #[test]
 fn every_kind_is_checked_non_differentiable_or_listed_as_pending() {
