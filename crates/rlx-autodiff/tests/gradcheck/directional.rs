@@ -39,7 +39,10 @@ pub const LIMITED: &[(&str, Order, &str)] = &[
 /// The `LIMITED` entry with the lowest order among `case`'s kinds, if any.
 pub fn limit(case: &Case) -> Option<&'static (&'static str, Order, &'static str)> {
     let g = rlx_ir::text::parse(case.src).ok()?;
-    LIMITED.iter().filter(|(kind, _, _)| g.nodes().iter().any(|n| n.op.kind().name() == *kind)).min_by_key(|(_, order, _)| *order)
+    LIMITED
+        .iter()
+        .filter(|(kind, _, _)| g.nodes().iter().any(|n| n.op.kind().name() == *kind))
+        .min_by_key(|(_, order, _)| *order)
 }
 
 /// `Ok` when building the graph failed with an error naming `kind`, as it must for an order
