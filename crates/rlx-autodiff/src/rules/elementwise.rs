@@ -32,12 +32,14 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     })
 }
 
-/// `ȳ·f′(x)` as `ActivationBackward` (`ReluBackward` for Relu). Piecewise-constant kinds
+/// `ȳ·f′(x)` as `ActivationBackward` (`ReluBackward` for Relu; `−ȳ` for Neg, the one kind
+/// that also takes C64, where `ActivationBackward` is float-only). Piecewise-constant kinds
 /// follow the kernel's `f′`: zero for Floor/Ceil/Sign, one (straight-through) for Round.
 fn activation(kind: ActivationKind, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     let (x, dy) = (v.inputs[0], v.ct(0)?);
     let dx = match kind {
         ActivationKind::Relu => v.g.add1(rlx_ir::ops::elementwise::ReluBackward {}, &[x, dy])?,
+        ActivationKind::Neg => v.g.activation(ActivationKind::Neg, dy)?,
         kind => v.g.activation_backward(kind, x, dy)?,
     };
     Ok(vec![Some(dx)])

@@ -94,7 +94,6 @@ pub const NON_DIFFERENTIABLE: &[(OpKind, &str)] = &[
     (OpKind::KvAppend, "a state update, the in-place cache write (OPS.md §9)"),
     (OpKind::GaussianSplatPrepare, "a packed intermediate of the render pipeline (OPS.md §23.1)"),
     (OpKind::GaussianSplatRasterize, "consumes the packed prepare buffer; differentiate GaussianSplatRender instead"),
-    (OpKind::GaussianSplatRenderBackward, "second order of the splat rasterizer, not built (OPS.md lists no rule): no Hessian or forward-mode kernel exists and the op has no primitive decomposition"),
 ];
 
 /// Whether a cotangent flows into `v`: float and C64 values, and the integer outputs of the

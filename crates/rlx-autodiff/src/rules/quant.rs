@@ -312,7 +312,9 @@ fn lsq(bits: u8, axis: Option<usize>, v: &mut Vjp) -> Result<Vec<Option<ValueId>
 /// `ds = Σ ψ(x/s)·ȳ` (per channel) is linear in `ȳ`: `ȳ̄ = c̄·ψ(x/s)`. With `z = x/s`,
 /// `ψ = round(z) − z` inside the code range (`|round z| ≤ q_max`) and constant outside, so
 /// `x̄ = −c̄·ȳ/s` and `s̄ = Σ c̄·ȳ·x/s²` inside, zero outside (the true derivative of the
-/// rounding, zero almost everywhere, not `Round`'s straight-through one).
+/// rounding, zero almost everywhere, not `Round`'s straight-through one). `ψ` reads
+/// `round(z)` through `StopGradient` for the same reason, so that differentiating `ȳ̄` again
+/// gives `∂ψ/∂z = −1` inside.
 fn lsq_backward_scale(f: &FakeQuantizeLSQBackwardScale, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     let (x, s, dy, ct) = (v.inputs[0], v.inputs[1], v.inputs[2], v.ct(0)?);
     let want = [v.wants(0), v.wants(1), v.wants(2)];
@@ -328,6 +330,7 @@ fn lsq_backward_scale(f: &FakeQuantizeLSQBackwardScale, v: &mut Vjp) -> Result<V
     let cb = g.reshape_to(cb, &wide)?;
     let z = g.binary(BinaryOp::Div, x, sb)?;
     let r = g.activation(ActivationKind::Round, z)?;
+    let r = g.stop_gradient(r)?;
     let a = g.activation(ActivationKind::Abs, r)?;
     let q = scalar(g, dt, f64::from((1u32 << (f.bits - 1)) - 1))?;
     let inside = g.compare(CmpOp::Le, a, q)?;

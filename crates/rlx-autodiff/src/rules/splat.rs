@@ -1,16 +1,25 @@
 //! VJP of the Gaussian splat renderer (OPS.md §18): the seed's `GaussianSplatRenderBackward`
 //! (§22) with its training-only adjustments switched off, so it is `Render`'s exact gradient.
+//! That backward op has no rule of its own: forward mode and second order through the
+//! renderer are refused rather than given a zero tangent.
 
 use super::Vjp;
-use crate::Result;
+use crate::{AdError, Result};
 use rlx_ir::ops::splat::{GaussianSplatRender, GaussianSplatRenderBackward};
 use rlx_ir::{Op, OpKind, ValueId};
 
-pub const KINDS: &[OpKind] = &[OpKind::GaussianSplatRender];
+pub const KINDS: &[OpKind] = &[OpKind::GaussianSplatRender, OpKind::GaussianSplatRenderBackward];
 
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     Some(match op {
         Op::GaussianSplatRender(r) => render(r, v),
+        Op::GaussianSplatRenderBackward(_) => Err(AdError::Rule {
+            op: "GaussianSplatRenderBackward",
+            msg: "no derivative of the splat gradient is built (jvp and hvp need it): the VJP with \
+                  respect to d_rgba is the render's JVP and the one with respect to the scene its \
+                  second derivative; neither has a kernel or a primitive decomposition"
+                .into(),
+        }),
         _ => return None,
     })
 }

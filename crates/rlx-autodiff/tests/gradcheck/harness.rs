@@ -207,7 +207,7 @@ fn computes_in_f32(g: &Graph) -> bool {
     g.nodes().iter().flat_map(|n| &n.outputs).any(|t| matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::C64))
 }
 
-fn retype(values: &[f64], like: &Tensor) -> Tensor {
+pub fn retype(values: &[f64], like: &Tensor) -> Tensor {
     match like.dtype() {
         DType::F64 => Tensor::from_vec(values.to_vec(), like.shape()).unwrap(),
         DType::F32 => Tensor::from_vec(values.iter().map(|&v| v as f32).collect(), like.shape()).unwrap(),
