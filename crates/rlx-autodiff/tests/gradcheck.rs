@@ -40,7 +40,7 @@ mod vmap;
 #[path = "gradcheck/directional.rs"]
 mod directional;
 
-use rlx_autodiff::rules::NON_DIFFERENTIABLE;
+use rlx_autodiff::rules::{NON_DIFFERENTIABLE, NOT_DIFFERENTIATED};
 use rlx_ir::OpKind;
 use std::collections::BTreeSet;
 
@@ -100,13 +100,8 @@ fn straight_through_gradients_match_their_stop_gradient_forms() {
     assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n\n"));
 }
 
-/// Differentiable kinds with no checked gradient yet (the autodiff issue grows the rules
-/// family by family). The test fails when a kind here gains a case, so the list stays exact.
-/// `GaussianSplatRenderBackward`: its rule refuses (see `directional::LIMITED`).
-const PENDING: &[&str] = &["GaussianSplatRenderBackward"];
-
 #[test]
-fn every_kind_is_checked_non_differentiable_or_listed_as_pending() {
+fn every_kind_is_checked_or_listed_with_a_reason() {
     let mut checked = BTreeSet::new();
     let checked_elsewhere = quant::STE.iter().map(|(c, _)| c).chain([&control::CUSTOM]);
     for case in all_cases().into_iter().chain(checked_elsewhere) {
@@ -114,19 +109,10 @@ fn every_kind_is_checked_non_differentiable_or_listed_as_pending() {
         checked.extend(g.nodes().iter().map(|n| n.op.kind()));
     }
     let nondiff: BTreeSet<OpKind> = NON_DIFFERENTIABLE.iter().map(|(k, _)| *k).collect();
-    let pending: BTreeSet<&str> = PENDING.iter().copied().collect();
-    let mut unlisted = Vec::new();
-    let mut stale = Vec::new();
-    for &kind in OpKind::ALL {
-        let covered = checked.contains(&kind) && !nondiff.contains(&kind);
-        let listed = pending.contains(kind.name());
-        if !covered && !nondiff.contains(&kind) && !listed {
-            unlisted.push(kind.name());
-        }
-        if covered && listed {
-            stale.push(kind.name());
-        }
-    }
-    assert!(unlisted.is_empty(), "kinds with no gradient case, not listed as pending:\n{}", unlisted.join("\n"));
-    assert!(stale.is_empty(), "kinds listed as pending that now have a case: {stale:?}");
+    let refused: BTreeSet<OpKind> = NOT_DIFFERENTIATED.iter().map(|(k, _)| *k).collect();
+    let unlisted: Vec<&str> =
+        OpKind::ALL.iter().filter(|k| !checked.contains(k) && !nondiff.contains(k) && !refused.contains(k)).map(|k| k.name()).collect();
+    assert!(unlisted.is_empty(), "kinds with no gradient case and no listed reason:\n{}", unlisted.join("\n"));
+    let both: Vec<&str> = nondiff.intersection(&refused).map(|k| k.name()).collect();
+    assert!(both.is_empty(), "kinds listed both as non-differentiable and as not differentiated: {both:?}");
 }

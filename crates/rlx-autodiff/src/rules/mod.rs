@@ -102,6 +102,14 @@ pub fn has_cotangent(g: &Graph, v: ValueId) -> bool {
     reverse::has_tangent(g.ty(v).dtype) || quant::STRAIGHT_THROUGH.contains(&g.node(v.node).op.kind())
 }
 
+/// Kinds whose derivative is not built: differentiating through them (a cotangent reaching
+/// one) is an error naming the kind, never a silent zero. Each with the reason.
+pub const NOT_DIFFERENTIATED: &[(OpKind, &str)] = &[(
+    OpKind::GaussianSplatRenderBackward,
+    "second order of the splat rasterizer: the VJP with respect to d_rgba is the render's JVP and the one \
+     with respect to the scene its second derivative; neither has a kernel or a primitive decomposition",
+)];
+
 /// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.
 pub fn has_rule(kind: OpKind) -> bool {
     NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == kind) || FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind))

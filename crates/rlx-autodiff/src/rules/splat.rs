@@ -13,13 +13,7 @@ pub const KINDS: &[OpKind] = &[OpKind::GaussianSplatRender, OpKind::GaussianSpla
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     Some(match op {
         Op::GaussianSplatRender(r) => render(r, v),
-        Op::GaussianSplatRenderBackward(_) => Err(AdError::Rule {
-            op: "GaussianSplatRenderBackward",
-            msg: "no derivative of the splat gradient is built (jvp and hvp need it): the VJP with \
-                  respect to d_rgba is the render's JVP and the one with respect to the scene its \
-                  second derivative; neither has a kernel or a primitive decomposition"
-                .into(),
-        }),
+        Op::GaussianSplatRenderBackward(_) => Err(AdError::Rule { op: "GaussianSplatRenderBackward", msg: super::NOT_DIFFERENTIATED[0].1.into() }),
         _ => return None,
     })
 }
