@@ -1,0 +1,35 @@
+//! Read-only memory maps of model files, shared by the safetensors and GGUF readers.
+
+use crate::error::{IoError, Result};
+use memmap2::Mmap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// A file mapped read-only into memory, with its path for error messages.
+pub(crate) struct Mapped {
+    pub(crate) path: PathBuf,
+    map: Option<Mmap>,
+}
+
+impl Mapped {
+    /// Maps `path`. The file must not be modified or truncated while it is open (the contract
+    /// of every memory-mapped loader: the map reflects the file's current contents).
+    pub(crate) fn open(path: &Path) -> Result<Mapped> {
+        let path = path.to_path_buf();
+        let file = File::open(&path).map_err(|source| IoError::Open { path: path.clone(), source })?;
+        let len = file.metadata().map_err(|source| IoError::Open { path: path.clone(), source })?.len();
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the map is read-only and private to this value; the file staying unchanged
+            // while open is the documented contract of `open`.
+            Some(unsafe { Mmap::map(&file) }.map_err(|source| IoError::Open { path: path.clone(), source })?)
+        };
+        Ok(Mapped { path, map })
+    }
+
+    /// The whole file.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
