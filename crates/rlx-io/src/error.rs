@@ -22,7 +22,7 @@ pub enum IoError {
     Overflow { path: PathBuf, what: String },
     #[error("{}: tensor `{tensor}` spans bytes {start}..{end} of the data section, which has {len}", path.display())]
     OffsetPastEnd { path: PathBuf, tensor: String, start: u64, end: u64, len: u64 },
-    #[error("{}: tensor `{tensor}` starts at data offset {offset}, not a multiple of the alignment {alignment}", path.display())]
+    #[error("{}: tensor `{tensor}` starts at data offset {offset}, not a multiple of {alignment}", path.display())]
     Misaligned { path: PathBuf, tensor: String, offset: u64, alignment: u64 },
     #[error("{}: tensor `{tensor}` has unknown ggml type code {code}", path.display())]
     UnknownType { path: PathBuf, tensor: String, code: u32 },

@@ -83,6 +83,7 @@ impl GgufFile {
         })
     }
 
+    /// The file's path.
     pub fn path(&self) -> &Path {
         &self.file.path
     }

@@ -65,7 +65,7 @@ pub fn rlx_dtype(d: Dtype) -> Option<DType> {
 }
 
 impl SafetensorsFile {
-    /// Maps and validates `path` (see [`Mapped`]'s contract: the file must stay unchanged).
+    /// Maps and validates `path` (the file must stay unchanged while open).
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile> {
         let file = Mapped::open(path.as_ref())?;
         let (header_len, meta) = SafeTensors::read_metadata(file.bytes())

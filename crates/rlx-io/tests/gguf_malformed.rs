@@ -215,7 +215,9 @@ fn absurd_counts_fail_before_allocating() {
 
 #[test]
 fn absurd_sizes_and_offsets() {
-    let one = |ne: &[u64], code: u32, offset: u64| G::header(3, 1, 0).tensor("t", ne, code, offset).pad(32).raw(&[0; 64]);
+    let one = |ne: &[u64], code: u32, offset: u64| {
+        G::header(3, 1, 0).tensor("t", ne, code, offset).pad(32).raw(&[0; 64])
+    };
     let e = fails("overflow", &one(&[1 << 32, 1 << 32, 1 << 32], 0, 0));
     assert!(matches!(e, IoError::BadShape { .. }), "{e}");
     let e = fails("zerodim", &one(&[0, 1 << 40, 1 << 40], 0, 0));

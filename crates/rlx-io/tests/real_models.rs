@@ -62,7 +62,12 @@ fn smollm2_gguf() {
     }
 
     let want = [
-        ("token_embd.weight", [49152, 576], -15353.04449415207, [-0.10654449462890625, 0.032978057861328125, -0.0417022705078125]),
+        (
+            "token_embd.weight",
+            [49152, 576],
+            -15353.04449415207,
+            [-0.10654449462890625, 0.032978057861328125, -0.0417022705078125],
+        ),
         ("blk.0.attn_q.weight", [576, 576], 59.22322082519531, [-0.0963134765625, 0.1573486328125, -0.255859375]),
         ("blk.29.ffn_down.weight", [576, 1536], 49.83570861816406, [-0.2733154296875, 0.186279296875, 0.056640625]),
     ];
@@ -98,7 +103,8 @@ fn minilm_safetensors() {
     let emb = f.slice::<f32>("embeddings.word_embeddings.weight").unwrap();
     assert_eq!(f.info("embeddings.word_embeddings.weight").unwrap().shape, [30522, 384]);
     close(emb.iter().map(|&x| f64::from(x)).sum(), 138.05072214923618, "word embeddings");
-    assert_eq!([emb[0], emb[1], emb[emb.len() - 1]], [-0.019989013671875, -0.0034027099609375, 0.004570063669234514]);
+    let firsts = [emb[0], emb[1], emb[emb.len() - 1]].map(f64::from);
+    assert_eq!(firsts, [-0.019989013671875, -0.0034027099609375, 0.004570063669234514]);
     let q = f.load_f32("encoder.layer.0.attention.self.query.weight").unwrap();
     close(q.as_slice::<f32>().unwrap().iter().map(|&x| f64::from(x)).sum(), 13.52819408863644, "query");
 }

@@ -72,6 +72,7 @@ impl GgufValue {
         }
     }
 
+    /// A string value.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             GgufValue::String(s) => Some(s),
@@ -79,6 +80,7 @@ impl GgufValue {
         }
     }
 
+    /// A bool value.
     pub fn as_bool(&self) -> Option<bool> {
         match *self {
             GgufValue::Bool(b) => Some(b),
@@ -86,6 +88,7 @@ impl GgufValue {
         }
     }
 
+    /// An array value.
     pub fn as_array(&self) -> Option<&GgufArray> {
         match self {
             GgufValue::Array(a) => Some(a),
@@ -95,6 +98,7 @@ impl GgufValue {
 }
 
 impl GgufArray {
+    /// The number of elements.
     pub fn len(&self) -> usize {
         match self {
             GgufArray::U8(v) => v.len(),
@@ -113,6 +117,7 @@ impl GgufArray {
         }
     }
 
+    /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
