@@ -196,6 +196,8 @@ fn bad_magic_and_versions() {
 fn absurd_counts_fail_before_allocating() {
     let e = fails("tensors", &G::header(3, 1 << 60, 0));
     assert!(matches!(e, IoError::TooMany { what: "tensors", count, .. } if count == 1 << 60), "{e}");
+    let e = fails("some_tensors", &G::header(3, 200_000, 0).raw(&[0; 64]));
+    assert!(matches!(e, IoError::TooMany { what: "tensors", limit: 3, .. }), "{e}");
     let e = fails("kvs", &G::header(3, 0, u64::MAX));
     assert!(matches!(e, IoError::TooMany { what: "metadata entries", .. }), "{e}");
     let e = fails("array", &G::header(3, 0, 1).str("k").u32(9).u32(10).u64(1 << 62));
