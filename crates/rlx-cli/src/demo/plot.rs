@@ -76,9 +76,9 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo, hi)
 }
 
-/// About six round tick values (1, 2 or 5 times a power of ten apart) within `[lo, hi]`.
+/// Round tick values (1, 2 or 5 times a power of ten apart, at most nine) within `[lo, hi]`.
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let raw = (hi - lo) / 6.0;
+    let raw = (hi - lo) / 8.0;
     let p = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * p).find(|&s| s >= raw).unwrap_or(10.0 * p);
     let first = (lo / step).ceil() as i64;
