@@ -69,10 +69,14 @@ fn binary(op: BinaryOp, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
             (da, g.activation(ActivationKind::Neg, q)?)
         }
         BinaryOp::Max | BinaryOp::Min => {
-            let cmp = if op == BinaryOp::Max { CmpOp::Ge } else { CmpOp::Le };
-            let pick_a = g.compare(cmp, a, b)?;
-            let zero = scalar(g, dtype, 0.0)?;
-            (g.select(pick_a, dy, zero)?, g.select(pick_a, zero, dy)?)
+            // ȳ to the selected operand; a tie splits it ½–½ (OPS.md §3, torch.maximum).
+            let wins = if op == BinaryOp::Max { CmpOp::Gt } else { CmpOp::Lt };
+            let (a_wins, tie) = (g.compare(wins, a, b)?, g.compare(CmpOp::Eq, a, b)?);
+            let (zero, half, one) = (scalar(g, dtype, 0.0)?, scalar(g, dtype, 0.5)?, scalar(g, dtype, 1.0)?);
+            let share = g.select(tie, half, zero)?;
+            let share = g.select(a_wins, one, share)?;
+            let da = g.binary(BinaryOp::Mul, dy, share)?;
+            (da, g.binary(BinaryOp::Sub, dy, da)?)
         }
         BinaryOp::Pow => {
             let one = scalar(g, dtype, 1.0)?;
