@@ -10,7 +10,9 @@ pub enum Init {
     Ones,
     /// Normal with this standard deviation.
     Normal(f32),
-    /// Uniform in `±√(6/(fan_in + fan_out))` (Glorot), fans from the last two dims.
+    /// Uniform in `±√(6/(fan_in + fan_out))` (Glorot). A matrix `[in, out]` (rlx's `x·W`
+    /// layout) has fans `in` and `out`; a convolution kernel `[out, in, k…]` (OIHW, as
+    /// PyTorch) has `in·∏k` and `out·∏k`; a vector has its length for both.
     XavierUniform,
 }
 
@@ -51,12 +53,40 @@ impl Init {
             Init::Ones => vec![1.0; n],
             Init::Normal(std) => (0..n).map(|_| (rng.normal() * f64::from(std)) as f32).collect(),
             Init::XavierUniform => {
-                let fan_out = shape.last().copied().unwrap_or(1);
-                let fan_in = if shape.len() >= 2 { shape[shape.len() - 2] } else { fan_out };
+                let (fan_in, fan_out) = fans(shape);
                 let bound = (6.0 / (fan_in + fan_out) as f64).sqrt();
                 (0..n).map(|_| ((rng.uniform() * 2.0 - 1.0) * bound) as f32).collect()
             }
         };
         Tensor::from_vec(values, shape).expect("the values fill the shape")
+    }
+}
+
+/// `(fan_in, fan_out)` of a weight of `shape`, as [`Init::XavierUniform`] reads it.
+fn fans(shape: &[usize]) -> (usize, usize) {
+    match shape {
+        [] => (1, 1),
+        [n] => (*n, *n),
+        [rows, cols] => (*rows, *cols),
+        [out, inp, kernel @ ..] => {
+            let k: usize = kernel.iter().product();
+            (inp * k, out * k)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xavier_fans_follow_the_weight_layout() {
+        assert_eq!(fans(&[784, 10]), (784, 10));
+        assert_eq!(fans(&[32, 16, 3, 3]), (16 * 9, 32 * 9));
+        assert_eq!(fans(&[7]), (7, 7));
+        let bound = (6.0f64 / (16.0 * 9.0 + 32.0 * 9.0)).sqrt() as f32;
+        let w = Init::XavierUniform.tensor(&[32, 16, 3, 3], &mut Rng::new(3)).to_vec::<f32>().unwrap();
+        assert!(w.iter().all(|v| v.abs() <= bound));
+        assert!(w.iter().map(|v| v.abs()).fold(0.0f32, f32::max) > 0.9 * bound, "draws should reach near the bound");
     }
 }
