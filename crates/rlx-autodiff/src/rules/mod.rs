@@ -2,8 +2,9 @@
 //!
 //! A rule receives the forward node's operands, its outputs and their cotangents, and returns
 //! one cotangent per operand (`None`: no gradient flows there). Kinds listed in
-//! [`NON_DIFFERENTIABLE`] pass no gradient by definition; kinds with neither are lowered
-//! through their decomposition before the sweep.
+//! [`NON_DIFFERENTIABLE`] pass no gradient by definition, those in [`NOT_DIFFERENTIATED`] refuse
+//! with their reason; kinds with none of these are lowered through their decomposition before
+//! the sweep.
 
 mod attention;
 mod conv;
@@ -23,7 +24,7 @@ mod splat;
 
 pub use custom::{register_custom_vjp, CustomVjp};
 
-use crate::{reverse, Result};
+use crate::{reverse, AdError, Result};
 use rlx_ir::{Graph, Op, OpKind, ValueId};
 
 /// What a rule sees of one forward node while the backward graph is built into `g`.
@@ -110,16 +111,21 @@ pub const NOT_DIFFERENTIATED: &[(OpKind, &str)] = &[(
      with respect to the scene its second derivative; neither has a kernel or a primitive decomposition",
 )];
 
-/// Whether the sweep can pass `kind` as it stands: it has a rule or is non-differentiable.
+/// Whether the sweep can pass `kind` as it stands: it has a rule, is non-differentiable, or
+/// refuses with its reason.
 pub fn has_rule(kind: OpKind) -> bool {
-    NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == kind) || FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind))
+    [NON_DIFFERENTIABLE, NOT_DIFFERENTIATED].iter().any(|list| list.iter().any(|(k, _)| *k == kind))
+        || FAMILIES.iter().any(|(kinds, _)| kinds.contains(&kind))
 }
 
 /// The cotangents of `v.inputs` (`None` where the op has no rule).
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
-    if NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == op.kind()) {
+    let kind = op.kind();
+    if NON_DIFFERENTIABLE.iter().any(|(k, _)| *k == kind) {
         return Some(Ok(vec![None; v.inputs.len()]));
     }
-    let kind = op.kind();
+    if let Some((_, why)) = NOT_DIFFERENTIATED.iter().find(|(k, _)| *k == kind) {
+        return Some(Err(AdError::Rule { op: kind.name(), msg: (*why).to_string() }));
+    }
     FAMILIES.iter().find(|(kinds, _)| kinds.contains(&kind)).and_then(|(_, rule)| rule(op, v))
 }

@@ -1,19 +1,18 @@
 //! VJP of the Gaussian splat renderer (OPS.md §18): the seed's `GaussianSplatRenderBackward`
 //! (§22) with its training-only adjustments switched off, so it is `Render`'s exact gradient.
-//! That backward op has no rule of its own: forward mode and second order through the
+//! That backward op is listed in `NOT_DIFFERENTIATED`: forward mode and second order through the
 //! renderer are refused rather than given a zero tangent.
 
 use super::Vjp;
-use crate::{AdError, Result};
-use rlx_ir::ops::splat::{GaussianSplatRender, GaussianSplatRenderBackward};
+use crate::Result;
+use rlx_ir::ops::splat::GaussianSplatRender;
 use rlx_ir::{Op, OpKind, ValueId};
 
-pub const KINDS: &[OpKind] = &[OpKind::GaussianSplatRender, OpKind::GaussianSplatRenderBackward];
+pub const KINDS: &[OpKind] = &[OpKind::GaussianSplatRender];
 
 pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
     Some(match op {
         Op::GaussianSplatRender(r) => render(r, v),
-        Op::GaussianSplatRenderBackward(_) => Err(AdError::Rule { op: "GaussianSplatRenderBackward", msg: super::NOT_DIFFERENTIATED[0].1.into() }),
         _ => return None,
     })
 }
@@ -32,19 +31,7 @@ fn render(r: &GaussianSplatRender, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> 
     if !(0..6).any(|i| v.wants(i)) {
         return Ok(grads);
     }
-    let attrs = GaussianSplatRenderBackward {
-        width: r.width,
-        height: r.height,
-        tile_size: r.tile_size,
-        radius_scale: r.radius_scale,
-        alpha_cutoff: r.alpha_cutoff,
-        max_splat_steps: r.max_splat_steps,
-        transmittance_threshold: r.transmittance_threshold,
-        max_list_entries: r.max_list_entries,
-        loss_grad_clip: f32::INFINITY,
-        sh_band: 0,
-        max_anisotropy: f32::INFINITY,
-    };
+    let attrs = r.backward(f32::INFINITY, 0, f32::INFINITY);
     let dy = v.ct(0)?;
     let scene: [ValueId; 7] = std::array::from_fn(|i| v.inputs[i]);
     let d = v.g.gaussian_splat_render_backward(attrs, scene, dy)?;

@@ -23,6 +23,25 @@ pub struct GaussianSplatRender {
     pub max_list_entries: u32,
 }
 
+impl GaussianSplatRender {
+    /// The backward op of this render, with the training adjustments given.
+    pub fn backward(&self, loss_grad_clip: f32, sh_band: u32, max_anisotropy: f32) -> GaussianSplatRenderBackward {
+        GaussianSplatRenderBackward {
+            width: self.width,
+            height: self.height,
+            tile_size: self.tile_size,
+            radius_scale: self.radius_scale,
+            alpha_cutoff: self.alpha_cutoff,
+            max_splat_steps: self.max_splat_steps,
+            transmittance_threshold: self.transmittance_threshold,
+            max_list_entries: self.max_list_entries,
+            loss_grad_clip,
+            sh_band,
+            max_anisotropy,
+        }
+    }
+}
+
 /// Gradient of `GaussianSplatRender`: inputs the 7 scene inputs + `d_rgba [H·W·4]` (RGB used);
 /// outputs `d(positions, scales, rotations, opacities, colors, sh_coeffs)`, each of its
 /// input's type (the multi-output form of the original's packed buffer).
@@ -357,19 +376,7 @@ mod tests {
         let mut g = Graph::new();
         let sc = scene(&mut g, 10, 4);
         let r = render();
-        let attrs = GaussianSplatRenderBackward {
-            width: r.width,
-            height: r.height,
-            tile_size: r.tile_size,
-            radius_scale: r.radius_scale,
-            alpha_cutoff: r.alpha_cutoff,
-            max_splat_steps: r.max_splat_steps,
-            transmittance_threshold: r.transmittance_threshold,
-            max_list_entries: r.max_list_entries,
-            loss_grad_clip: 1.0,
-            sh_band: 1,
-            max_anisotropy: 10.0,
-        };
+        let attrs = r.backward(1.0, 1, 10.0);
         let d = g.input("d", TensorType::of(DType::F32, &[64 * 48 * 4]));
         let grads = g.gaussian_splat_render_backward(attrs.clone(), sc, d).unwrap();
         assert_eq!(grads.len(), 6);
