@@ -120,7 +120,9 @@ pub fn train(opts: &CharLmOptions) -> Result<CharLmReport, Box<dyn Error>> {
     let mut evaluator = session.compile(&eval_graph)?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut rng = Rng::new(opts.seed);
-    init_params(&model.params, &mut rng, |name, t| trainer.set_param(name, t).map_err(Into::into))?;
+    for p in &model.params {
+        trainer.set_param(&p.name, p.init.tensor(&p.shape, &mut rng))?;
+    }
 
     let held_out = corpus.ids.len() - corpus.ids.len() / 20;
     let (ctx, batch) = (model_cfg.context, opts.batch);
@@ -189,14 +191,6 @@ pub fn train(opts: &CharLmOptions) -> Result<CharLmReport, Box<dyn Error>> {
         say(format!("\nWrote the loss curve to {}.", path.display()));
     }
     Ok(report)
-}
-
-/// Sets every declared parameter from its initialiser.
-pub(crate) fn init_params(params: &[ParamSpec], rng: &mut Rng, mut set: impl FnMut(&str, Tensor) -> Result<(), Box<dyn Error>>) -> Result<(), Box<dyn Error>> {
-    for p in params {
-        set(&p.name, p.init.tensor(&p.shape, rng))?;
-    }
-    Ok(())
 }
 
 fn copy_params(trainer: &Trainer, to: &mut CompiledGraph, params: &[ParamSpec]) -> Result<(), Box<dyn Error>> {
