@@ -1,6 +1,6 @@
 //! The one place that maps each claimed op onto its kernel.
 
-use crate::kernels::{attention, conv, elementwise, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, splat, ssm};
+use crate::kernels::{attention, conv, elementwise, fused, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, splat, ssm};
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
@@ -115,6 +115,12 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::SelectiveScan(a) => ssm::selective_scan(a, ins, out),
         Op::Mamba2(a) => ssm::mamba2(a, ins, out),
         Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
+        // fused
+        Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], ins[2], out),
+        Op::FusedSwiGLU(a) => fused::swiglu(a.gate_first, ins[0], out),
+        Op::FusedResidualLN(a) => fused::residual_layer_norm(a, ins, out),
+        Op::FusedResidualRmsNorm(a) => fused::residual_rms_norm(a, ins, out),
+        Op::ElementwiseRegion(r) => fused::elementwise_region(r, ins, out),
         // custom
         Op::Custom(c) => crate::custom::run(c, ins, outs),
         // signal

@@ -109,6 +109,12 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         SelectiveScan,
         Mamba2,
         GatedDeltaNet,
+        // fused (rlx_opt::fuse emits them)
+        FusedMatMulBiasAct,
+        FusedSwiGLU,
+        FusedResidualLN,
+        FusedResidualRmsNorm,
+        ElementwiseRegion,
         // custom
         Custom,
         // signal

@@ -3,17 +3,20 @@
 //! Passes are functions from a graph to a new graph ([`pass::Pass`]); [`pipeline`] runs the
 //! standard simplifications. [`decompose`] holds the common IR: how every non-primitive op
 //! lowers into primitives. [`legalize`] rewrites a graph for a backend's claimed op set and
-//! reports what happened to each node; [`memory`] plans one arena by liveness.
+//! reports what happened to each node; [`fuse`] then folds op chains into the fused kinds the
+//! backend claims; [`memory`] plans one arena by liveness.
 
 pub mod cse;
 pub mod dce;
 pub mod decompose;
 pub mod fold;
+pub mod fuse;
 pub mod legalize;
 pub mod memory;
 pub mod pass;
 pub mod rewrite;
 pub mod simplify;
 
+pub use fuse::fuse;
 pub use legalize::{legalize, DispatchReport, Outcome};
 pub use pass::{optimize, Pass};

@@ -1,4 +1,4 @@
-//! Sessions: the compile pipeline (verify → optimize → legalize → backend compile).
+//! Sessions: the compile pipeline (verify → optimize → legalize → fuse → backend compile).
 
 use crate::backend::Backend;
 use crate::compiled::CompiledGraph;
@@ -11,6 +11,8 @@ use std::sync::Arc;
 pub struct CompileOptions {
     /// Run the simplification pipeline before legalization.
     pub optimize: bool,
+    /// Fold op chains into the fused kinds the backend claims, after legalization.
+    pub fuse: bool,
     /// Print the dispatch report to stderr (also enabled by `RLX_DISPATCH_REPORT=1`).
     pub dispatch_report: bool,
 }
@@ -19,6 +21,7 @@ impl Default for CompileOptions {
     fn default() -> Self {
         CompileOptions {
             optimize: true,
+            fuse: true,
             dispatch_report: std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1"),
         }
     }
@@ -45,11 +48,13 @@ impl Session {
         &*self.backend
     }
 
-    /// Verifies, optimizes and legalizes `graph`, then compiles it on the backend.
+    /// Verifies, optimizes, legalizes and fuses `graph`, then compiles it on the backend.
     pub fn compile(&self, graph: &Graph) -> Result<CompiledGraph> {
         rlx_ir::verify(graph)?;
         let optimized = if self.options.optimize { rlx_opt::optimize(graph)? } else { graph.clone() };
-        let (legal, report) = rlx_opt::legalize(&optimized, self.backend.name(), self.backend.supported_ops())?;
+        let claims = self.backend.supported_ops();
+        let (legal, report) = rlx_opt::legalize(&optimized, self.backend.name(), claims)?;
+        let legal = if self.options.fuse { rlx_opt::fuse(&legal, claims)? } else { legal };
         if self.options.dispatch_report {
             eprint!("{report}");
         }

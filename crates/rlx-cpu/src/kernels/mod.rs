@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod fused;
 pub mod matmul;
 pub mod index;
 pub mod linalg;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// A CPU session that does not optimize, so the graph runs as written.
 pub fn session() -> Session {
-    Session::new(Arc::new(CpuBackend::new())).with_options(CompileOptions { optimize: false, dispatch_report: false })
+    Session::new(Arc::new(CpuBackend::new())).with_options(CompileOptions { optimize: false, fuse: false, dispatch_report: false })
 }
 
 /// Runs `g` on the CPU with named inputs.
