@@ -1,13 +1,18 @@
 //! The fused kernels against their decompositions run unfused, on random inputs whose last
 //! axis has odd lengths (and sizes past the threading threshold), broadcast operands and
-//! every dtype path.
+//! every dtype path; and a post-norm encoder layer compiled with and without fusion.
 
 mod common;
 
-use common::graphs::matches_kernel;
+use common::graphs::{matches_kernel, tensor_for};
+use common::assert_close;
+use rlx_cpu::CpuBackend;
+use rlx_ir::ops::attention::{Attention, MaskKind};
 use rlx_ir::ops::elementwise::{ActivationKind as A, BinaryOp, CmpOp};
 use rlx_ir::ops::fused::{ChainStep as S, Operand::Input as In, Operand::Step};
 use rlx_ir::{DType, Graph, OpKind, TensorType, ValueId};
+use rlx_runtime::{CompileOptions, Session, Tensor};
+use std::sync::Arc;
 
 /// Last-axis lengths that straddle the kernels' lane and block widths.
 const WIDTHS: [usize; 5] = [1, 7, 63, 129, 1000];
@@ -117,4 +122,52 @@ fn elementwise_region_matches_its_decomposition() {
     // The generic path: f64 operands, and an f32 chain that rounds to f16 at the end.
     matches_kernel(&region(3, 129, DType::F64, S::Cast(DType::F32, Step(7))), OpKind::ElementwiseRegion, 0.0, 0.0);
     matches_kernel(&region(3, 300, DType::F32, S::Cast(DType::F16, Step(7))), OpKind::ElementwiseRegion, 0.0, 0.0);
+}
+
+/// `x·w + b` with the weight and bias as named inputs.
+fn linear(g: &mut Graph, x: ValueId, name: &str, inp: usize, out: usize) -> ValueId {
+    let w = g.input(&format!("{name}_w"), TensorType::of(DType::F32, &[inp, out]));
+    let b = g.input(&format!("{name}_b"), TensorType::of(DType::F32, &[out]));
+    let y = g.matmul(x, w).unwrap();
+    g.binary(BinaryOp::Add, y, b).unwrap()
+}
+
+#[test]
+fn post_norm_encoder_layer_fuses_and_matches_unfused() {
+    // A BERT layer (padding-masked attention, GELU MLP, LayerNorm after each residual add).
+    let (b, s, e, heads, ffn) = (2, 9, 24, 4, 40);
+    let mut g = Graph::new();
+    let h = g.input("hidden", TensorType::of(DType::F32, &[b, s, e]));
+    let mask = g.input("mask", TensorType::of(DType::Bool, &[b, s]));
+    let [q, k, v] = ["q", "k", "v"].map(|n| linear(&mut g, h, n, e, e));
+    let a = g.attention(Attention::new(heads, e / heads, MaskKind::Custom), q, k, v, Some(mask)).unwrap();
+    let o = linear(&mut g, a, "o", e, e);
+    let s1 = g.binary(BinaryOp::Add, h, o).unwrap();
+    let ln = |g: &mut Graph, x, n: &str| {
+        let gamma = g.input(&format!("{n}_g"), TensorType::of(DType::F32, &[e]));
+        let beta = g.input(&format!("{n}_b"), TensorType::of(DType::F32, &[e]));
+        g.layer_norm(x, gamma, beta, -1, 1e-12).unwrap()
+    };
+    let h1 = ln(&mut g, s1, "ln1");
+    let f = linear(&mut g, h1, "fc1", e, ffn);
+    let f = g.activation(A::Gelu, f).unwrap();
+    let f = linear(&mut g, f, "fc2", ffn, e);
+    let s2 = g.binary(BinaryOp::Add, h1, f).unwrap();
+    let y = ln(&mut g, s2, "ln2");
+    g.set_outputs(vec![y]).unwrap();
+
+    let compile = |fuse| {
+        let options = CompileOptions { optimize: true, fuse, dispatch_report: false };
+        Session::new(Arc::new(CpuBackend::new())).with_options(options).compile(&g).unwrap()
+    };
+    let (mut fused, mut plain) = (compile(true), compile(false));
+    let count = |k: OpKind| fused.graph().nodes().iter().filter(|n| n.op.kind() == k).count();
+    assert_eq!((count(OpKind::FusedMatMulBiasAct), count(OpKind::FusedResidualLN)), (6, 2), "{}", fused.graph());
+    assert_eq!((count(OpKind::MatMul), count(OpKind::LayerNorm), count(OpKind::Binary)), (0, 0, 0), "{}", fused.graph());
+
+    let data: Vec<(String, Tensor)> =
+        g.inputs().iter().enumerate().map(|(i, (n, v))| (n.to_string(), tensor_for(n, g.ty(*v), 40 + i as u64))).collect();
+    let inputs: Vec<(&str, &Tensor)> = data.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let (x, y) = (fused.run(&inputs).unwrap(), plain.run(&inputs).unwrap());
+    assert_close(&x[0], &y[0], 1e-4, 1e-5);
 }
