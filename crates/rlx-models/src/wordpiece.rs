@@ -182,7 +182,7 @@ impl WordPiece {
             .filter(|t| t.special && !t.normalized && !t.content.is_empty())
             .map(|t| (t.content, t.id))
             .collect();
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        specials.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
         Ok(WordPiece {
             unk,
             prefix: spec.model.continuing_subword_prefix,

@@ -11,20 +11,26 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/minilm").join(name)
 }
 
-fn reference() -> (Vec<String>, Vec<Vec<u32>>, Vec<Vec<u32>>, usize) {
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap();
-    let sentences = serde_json::from_value(r["sentences"].clone()).unwrap();
-    let ids = serde_json::from_value(r["ids"].clone()).unwrap();
-    let small = serde_json::from_value(r["small_ids"].clone()).unwrap();
-    (sentences, ids, small, r["max_length"].as_u64().unwrap() as usize)
+/// The fixture: each sentence's ids from the model's tokenizer (cut to `max_length`) and from
+/// the small one (uncut).
+#[derive(serde::Deserialize)]
+struct Reference {
+    sentences: Vec<String>,
+    ids: Vec<Vec<u32>>,
+    small_ids: Vec<Vec<u32>>,
+    max_length: usize,
+}
+
+fn reference() -> Reference {
+    serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap()
 }
 
 #[test]
 fn ids_match_hf_tokenizers_with_the_small_vocabulary() {
-    let (sentences, _, small, _) = reference();
-    assert!(sentences.len() >= 20);
+    let r = reference();
+    assert!(r.sentences.len() >= 20);
     let t = WordPiece::from_file(fixture("tokenizer_small.json")).unwrap();
-    for (s, want) in sentences.iter().zip(&small) {
+    for (s, want) in r.sentences.iter().zip(&r.small_ids) {
         assert_eq!(&t.encode(s, usize::MAX), want, "{s:?}");
     }
 }
@@ -37,7 +43,7 @@ fn ids_match_hf_tokenizers_with_the_minilm_vocabulary() {
         eprintln!("skipped: {} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", path.display());
         return;
     }
-    let (sentences, ids, _, max_len) = reference();
+    let Reference { sentences, ids, max_length: max_len, .. } = reference();
     let t = WordPiece::from_file(&path).unwrap();
     assert_eq!(t.vocab_size(), 30522);
     for (s, want) in sentences.iter().zip(&ids) {
