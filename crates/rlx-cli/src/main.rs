@@ -25,6 +25,16 @@ enum Command {
         #[arg(long, default_value = "rlx-demo")]
         out: std::path::PathBuf,
     },
+    /// Sentence embeddings from a sentence-transformers BERT folder (e.g. all-MiniLM-L6-v2).
+    Embed {
+        /// Folder with config.json, model.safetensors, tokenizer.json (and modules.json).
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// Print every vector in full as JSON.
+        #[arg(long)]
+        json: bool,
+        texts: Vec<String>,
+    },
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -56,6 +66,7 @@ fn main() {
             Some(DemoJob::Block) => demo::block::run(),
             Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
+        Command::Embed { model, json, texts } => rlx_cli::embed::run(&model, &texts, json).map_err(Into::into),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())

@@ -1,8 +1,10 @@
 //! Model builders: each returns an rlx [`rlx_ir::Graph`] with named parameters and says how
 //! to initialise them, so the same model serves inference, training and benchmarks.
 
+pub mod bert;
 pub mod cnn;
 pub mod gpt;
+pub mod wordpiece;
 
 use rlx_train::Init;
 
