@@ -1,3 +1,5 @@
-//! The `rlx` command's library side: the demo jobs, callable from tests in reduced form.
+//! The `rlx` command's library side: the demo jobs, callable from tests in reduced form, and
+//! `onnx-run`.
 
 pub mod demo;
+pub mod onnx_run;

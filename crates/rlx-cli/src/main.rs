@@ -25,6 +25,8 @@ enum Command {
         #[arg(long, default_value = "rlx-demo")]
         out: std::path::PathBuf,
     },
+    /// Run an ONNX model on .npy inputs (the conformance runner's protocol), or --bench it.
+    OnnxRun(rlx_cli::onnx_run::OnnxRunArgs),
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -56,6 +58,7 @@ fn main() {
             Some(DemoJob::Block) => demo::block::run(),
             Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
+        Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())
