@@ -110,8 +110,9 @@ fn run_protocol(args: &OnnxRunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Imports with the inputs' shapes; when the model needs an integer input's value at import
-/// (a shape or axes fed as an input), imports again with those inputs as constants.
+/// Imports with the inputs' shapes; when the model needs an input's value at import (a shape,
+/// axes or a pad value fed as an input), imports again with the integer and the small (at most
+/// 64 elements) inputs as constants.
 fn import_for(model: &Path, inputs: &[(String, TensorData)]) -> Result<OnnxGraph, Failure> {
     let shapes: HashMap<String, Vec<usize>> = inputs.iter().map(|(n, t)| (n.clone(), t.dims.clone())).collect();
     let mut options = ImportOptions { input_shapes: shapes, evaluator: Some(&rlx::cpu::CpuConstEval), ..Default::default() };
@@ -119,7 +120,7 @@ fn import_for(model: &Path, inputs: &[(String, TensorData)]) -> Result<OnnxGraph
         Err(IoError::OnnxUnsupported { reason, .. }) if reason.contains("known at import") => {
             options.input_values = inputs
                 .iter()
-                .filter(|(_, t)| t.dtype.is_int() || t.dtype == DType::Bool)
+                .filter(|(_, t)| t.dtype.is_int() || t.dtype == DType::Bool || t.numel() <= 64)
                 .map(|(n, t)| (n.clone(), t.clone()))
                 .collect();
             onnx::import(model, &options).map_err(io_failure)

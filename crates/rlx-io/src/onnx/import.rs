@@ -12,8 +12,9 @@ use rlx_runtime::Tensor;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-/// Opsets of the default domain rlx imports.
-pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=28;
+/// Opsets of the default domain rlx imports (conversions follow each op's changes from
+/// opset 7 on; older models import where the op did not change since).
+pub const OPSETS: std::ops::RangeInclusive<i64> = 1..=28;
 
 /// Imports `model` read from `path`.
 pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) -> Result<OnnxGraph> {

@@ -78,6 +78,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     ("HardSigmoid", hard_sigmoid),
     ("Gelu", gelu),
     ("Shrink", shrink),
+    ("Swish", swish),
 ];
 
 fn unary(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, kind: ActivationKind) -> OpResult<Vec<ValueId>> {
@@ -153,9 +154,6 @@ fn modulo(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     if n.int("fmod", 0) == 1 {
         return Ok(vec![r]);
     }
-    if cx.dtype(a).is_float() {
-        return unsupported("fmod = 0 on floats");
-    }
     let zero = cx.scalar(cx.dtype(a), 0.0)?;
     let r_neg = cx.add1(Compare { op: CmpOp::Lt }, &[r, zero])?;
     let b_neg = cx.add1(Compare { op: CmpOp::Lt }, &[b, zero])?;
@@ -179,13 +177,38 @@ fn not(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     Ok(vec![bin(cx, BinaryOp::BitXor, x, ones)?])
 }
 
+/// `BitShift`: a shift by a negative amount or by the bit width or more gives 0 (or −1 for a
+/// right shift of a negative signed value), which rlx's shifts leave undefined.
 fn bit_shift(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
-    let op = match n.string("direction", "").as_str() {
-        "LEFT" => BinaryOp::Shl,
-        "RIGHT" => BinaryOp::Shr,
+    let (x, s) = (n.input(0)?, n.input(1)?);
+    let left = match n.string("direction", "").as_str() {
+        "LEFT" => true,
+        "RIGHT" => false,
         d => return invalid(format!("direction `{d}` is neither LEFT nor RIGHT")),
     };
-    binary(cx, n, op)
+    let dt = cx.dtype(x);
+    let shifted = bin(cx, if left { BinaryOp::Shl } else { BinaryOp::Shr }, x, s)?;
+    let zero = cx.scalar(dt, 0.0)?;
+    let width = cx.scalar(dt, (dt.size() * 8) as f64)?;
+    let negative = cx.add1(Compare { op: CmpOp::Lt }, &[s, zero])?;
+    let too_far = cx.add1(Compare { op: CmpOp::Ge }, &[s, width])?;
+    let out_of_range = bin(cx, BinaryOp::BitOr, negative, too_far)?;
+    let fill = if left {
+        zero
+    } else {
+        let x_negative = cx.add1(Compare { op: CmpOp::Lt }, &[x, zero])?;
+        let minus_one = cx.scalar(dt, -1.0)?;
+        select(cx, x_negative, minus_one, zero)?
+    };
+    Ok(vec![select(cx, out_of_range, fill, shifted)?])
+}
+
+/// `x · sigmoid(α·x)`.
+fn swish(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let ax = bin_scalar(cx, BinaryOp::Mul, x, n.float("alpha", 1.0) as f64)?;
+    let s = act(cx, ActivationKind::Sigmoid, ax)?;
+    Ok(vec![bin(cx, BinaryOp::Mul, x, s)?])
 }
 
 /// The `to` dtype of `Cast`.

@@ -26,9 +26,8 @@ pub(super) fn matmul_nd(cx: &mut Cx<'_>, a: ValueId, b: ValueId) -> OpResult<Val
         out.pop();
     }
     if ra == 1 {
-        let last = out.pop();
-        out.pop();
-        out.extend(last);
+        let m_axis = out.len() - if rb == 1 { 1 } else { 2 };
+        out.remove(m_axis);
     }
     reshape_dims(cx, y, &out)
 }

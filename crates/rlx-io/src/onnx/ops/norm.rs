@@ -134,7 +134,10 @@ fn lp_norm(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         }
         p => return Err(OpError::Invalid(format!("p = {p} (1 or 2)"))),
     };
-    Ok(vec![bin(cx, BinaryOp::Div, x, norm)?])
+    let zero = cx.scalar(cx.dtype(x), 0.0)?;
+    let is_zero = cx.add1(rlx_ir::ops::elementwise::Compare { op: rlx_ir::ops::elementwise::CmpOp::Eq }, &[norm, zero])?;
+    let q = bin(cx, BinaryOp::Div, x, norm)?;
+    Ok(vec![super::elementwise::select(cx, is_zero, zero, q)?])
 }
 
 fn mean_variance(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {

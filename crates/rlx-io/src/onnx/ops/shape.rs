@@ -342,7 +342,8 @@ fn space_to_depth(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
         return invalid(format!("blocksize {bs} must divide {h}×{w}"));
     }
     let y = reshape_static(cx, x, &[b, c, h / bs, bs, w / bs, bs])?;
-    let y = transpose_to(cx, y, &[0, 3, 5, 1, 2, 4])?;
+    let perm = if n.string("mode", "DCR") == "CRD" { [0, 1, 3, 5, 2, 4] } else { [0, 3, 5, 1, 2, 4] };
+    let y = transpose_to(cx, y, &perm)?;
     Ok(vec![reshape_static(cx, y, &[b, c * bs * bs, h / bs, w / bs])?])
 }
 
