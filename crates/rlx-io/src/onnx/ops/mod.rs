@@ -3,6 +3,7 @@
 //! them. A converter reads the node's attributes per the model's opset and appends rlx ops
 //! through [`Cx`]; composite ONNX ops lower to several rlx ops.
 
+mod attention;
 mod conv;
 mod elementwise;
 mod index;
@@ -50,6 +51,7 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         softmax::CONVERTERS,
         norm::CONVERTERS,
         conv::CONVERTERS,
+        attention::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
