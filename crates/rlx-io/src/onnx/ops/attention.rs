@@ -1,12 +1,12 @@
 //! ONNX `Attention` (opsets 23–24) lowered to matrix products and a softmax: 3-D inputs split
 //! into heads, past key/value caches concatenated, grouped key/value heads repeated, boolean
-//! or additive masks, causal masking aligned to the cache, `nonpad_kv_seqlen` padding, softcap,
+//! or additive masks, causal and sliding-window masking aligned to the cache, `nonpad_kv_seqlen` padding, softcap,
 //! and the four `qk_matmul_output` modes. Fully masked rows give zeros, as the reference does.
 
 use super::elementwise::{act, bin, bin_scalar, cast_to, select};
 use super::matmul::matmul_nd;
 use super::shape::{expand_to, reshape_static, transpose_to};
-use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpError, OpResult};
+use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
 use crate::onnx::tensor::dtype;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
@@ -47,9 +47,6 @@ fn bias_of(cx: &mut Cx<'_>, allowed: ValueId, dt: DType) -> OpResult<ValueId> {
 fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let (mut q, mut k, mut v) = (n.input(0)?, n.input(1)?, n.input(2)?);
     let rank3 = cx.rank(q) == 3;
-    if n.int("left_window_size", -1) >= 0 || n.int("right_window_size", -1) >= 0 {
-        return unsupported("sliding-window attention");
-    }
     if rank3 {
         let (qh, kvh) = (n.int("q_num_heads", 0) as usize, n.int("kv_num_heads", 0) as usize);
         q = split_heads(cx, q, qh)?;
@@ -88,7 +85,9 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         bias = Some(if is_bool { bias_of(cx, mask, dt)? } else { cast_to(cx, mask, dt)? });
     }
     let positions = |cx: &mut Cx<'_>, dims: &[usize], count: usize| cx.values(DType::I64, dims, &(0..count).map(|i| i as f64).collect::<Vec<_>>());
-    if n.int("is_causal", 0) != 0 {
+    let causal = n.int("is_causal", 0) != 0;
+    let (left, right) = (n.int("left_window_size", -1), n.int("right_window_size", -1));
+    if causal || left >= 0 || right >= 0 {
         let i = positions(cx, &[s, 1], s)?;
         let j = positions(cx, &[1, l], l)?;
         let ahead = bin(cx, BinaryOp::Sub, j, i)?;
@@ -100,11 +99,26 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
             }
             (p, _) => cx.scalar(DType::I64, p as f64)?,
         };
-        let allowed = cx.add1(Compare { op: CmpOp::Le }, &[ahead, offset])?;
-        let causal = bias_of(cx, allowed, dt)?;
+        let mut limits = Vec::new();
+        if causal {
+            limits.push(cx.add1(Compare { op: CmpOp::Le }, &[ahead, offset])?);
+        }
+        if left >= 0 {
+            let lo = bin_scalar(cx, BinaryOp::Sub, offset, left as f64)?;
+            limits.push(cx.add1(Compare { op: CmpOp::Ge }, &[ahead, lo])?);
+        }
+        if right >= 0 {
+            let hi = bin_scalar(cx, BinaryOp::Add, offset, right as f64)?;
+            limits.push(cx.add1(Compare { op: CmpOp::Le }, &[ahead, hi])?);
+        }
+        let mut allowed = limits[0];
+        for &m in &limits[1..] {
+            allowed = bin(cx, BinaryOp::BitAnd, allowed, m)?;
+        }
+        let window = bias_of(cx, allowed, dt)?;
         bias = Some(match bias {
-            Some(m) => bin(cx, BinaryOp::Add, m, causal)?,
-            None => causal,
+            Some(m) => bin(cx, BinaryOp::Add, m, window)?,
+            None => window,
         });
     }
     if let Some(np) = nonpad {

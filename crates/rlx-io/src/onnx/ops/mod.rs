@@ -10,6 +10,7 @@ mod index;
 mod matmul;
 mod norm;
 mod reduce;
+mod resize;
 mod shape;
 mod softmax;
 
@@ -52,6 +53,7 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         norm::CONVERTERS,
         conv::CONVERTERS,
         attention::CONVERTERS,
+        resize::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
