@@ -116,9 +116,13 @@ pub struct TensorProto<'a> {
 
 /// Decodes a `ModelProto`.
 pub(crate) fn model(bytes: &[u8]) -> WireResult<ModelProto<'_>> {
+    model_fields(bytes).map_err(|e| e.within("ModelProto"))
+}
+
+fn model_fields(bytes: &[u8]) -> WireResult<ModelProto<'_>> {
     let mut m = ModelProto::default();
     let mut w = Wire::new(bytes);
-    while let Some((n, v)) = w.next_field().map_err(|e| e.within("ModelProto"))? {
+    while let Some((n, v)) = w.next_field()? {
         match n {
             1 => m.ir_version = v.int64("ir_version")?,
             7 => m.graph = graph(v.bytes("graph")?, 0).map_err(|e| e.within("graph"))?,

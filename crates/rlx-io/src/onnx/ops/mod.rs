@@ -11,6 +11,7 @@ mod matmul;
 mod norm;
 mod reduce;
 mod resize;
+mod rnn;
 mod shape;
 mod softmax;
 
@@ -54,6 +55,7 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         conv::CONVERTERS,
         attention::CONVERTERS,
         resize::CONVERTERS,
+        rnn::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
