@@ -1,7 +1,8 @@
 //! Recurrent layers `RNN`, `GRU` and `LSTM`, unrolled over their (static) sequence: the input
 //! projection of every step is one `MatMul`, then each step adds the recurrent product, applies
 //! the gate activations and carries the state. Forward, reverse and bidirectional directions;
-//! `layout = 1` (batch first); LSTM peepholes; GRU `linear_before_reset`; `clip`.
+//! `layout = 1` (batch first); LSTM peepholes; GRU `linear_before_reset`; `clip`;
+//! `sequence_lens` only when every sequence is full length.
 
 use super::elementwise::{act, bin, bin_scalar, select};
 use super::matmul::matmul_nd;
@@ -87,15 +88,17 @@ fn direction(cx: &mut Cx<'_>, x: ValueId, d: usize) -> OpResult<ValueId> {
 }
 
 fn recurrent(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, cell: Cell) -> OpResult<Vec<ValueId>> {
-    if n.opt_input(4).is_some() {
-        return unsupported("sequence_lens");
-    }
     let layout = n.int("layout", 0);
     let mut x = n.input(0)?;
     if layout == 1 {
         x = transpose_to(cx, x, &[1, 0, 2])?;
     }
     let [steps, batch, _]: [usize; 3] = cx.dims(x)?.try_into().map_err(|_| OpError::Invalid("X must be 3-D".into()))?;
+    if let Some(lens) = n.opt_input(4) {
+        if cx.const_ints(lens, "sequence_lens")?.iter().any(|&l| l != steps as i64) {
+            return unsupported("sequence_lens shorter than the sequence");
+        }
+    }
     let (w, r) = (n.input(1)?, n.input(2)?);
     let hidden = n.int("hidden_size", 0) as usize;
     let dirs = match n.string("direction", "forward").as_str() {
@@ -105,7 +108,7 @@ fn recurrent(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, cell: Cell) -> OpResult<Vec<
     };
     let reverse_only = n.string("direction", "forward") == "reverse";
     let names: Vec<String> = n.attr("activations").map_or_else(
-        || cell.default_activations().iter().map(|s| s.to_string()).collect(),
+        || cell.default_activations().iter().cycle().take(cell.default_activations().len() * dirs).map(|s| s.to_string()).collect(),
         |a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect(),
     );
     let alphas = n.floats("activation_alpha").unwrap_or_default();
