@@ -253,19 +253,18 @@ fn pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, kind: PoolKind) -> OpResult<Vec<V
     let ceil = n.int("ceil_mode", 0) != 0;
     let g = geometry(n, kernel.clone(), &xd[2..], ceil)?;
     let explicit = geometry(n, kernel, &xd[2..], false)?.pads;
-    if g.dilation.iter().any(|&d| d != 1) {
-        return unsupported("dilated pooling");
-    }
     let (x, lifted) = if s == 1 { (lift_1d(cx, x)?, true) } else { (x, false) };
     let (g, explicit) = if lifted {
-        let g = Geometry { kernel: vec![1, g.kernel[0]], stride: vec![1, g.stride[0]], dilation: vec![1, 1], pads: vec![[0, 0], g.pads[0]] };
+        let g = Geometry { kernel: vec![1, g.kernel[0]], stride: vec![1, g.stride[0]], dilation: vec![1, g.dilation[0]], pads: vec![[0, 0], g.pads[0]] };
         (g, vec![[0, 0], explicit[0]])
     } else {
         (g, explicit)
     };
     let window = |op: ReduceOp, padding: Vec<usize>| Pool { kind: op, kernel_size: g.kernel.clone(), stride: g.stride.clone(), padding };
     let dt = cx.dtype(x);
+    let dilated = g.dilation.iter().any(|&d| d != 1);
     let y = match kind {
+        _ if dilated => dilated_pool(cx, n, x, &g, &explicit, kind)?,
         PoolKind::Max => {
             let (xp, padding) = pre_pad(cx, x, &g, lowest(dt), false)?;
             cx.add1(window(ReduceOp::Max, padding), &[xp])?
@@ -296,9 +295,66 @@ fn pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, kind: PoolKind) -> OpResult<Vec<V
     Ok(vec![y])
 }
 
+/// Pooling with dilated windows: every kernel offset is a strided `Slice` of the explicitly
+/// padded input, combined with `Max` or summed.
+fn dilated_pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x: ValueId, g: &Geometry, explicit: &[[usize; 2]], kind: PoolKind) -> OpResult<ValueId> {
+    let dt = cx.dtype(x);
+    let source = match kind {
+        PoolKind::Lp => {
+            let a = act(cx, ActivationKind::Abs, x)?;
+            bin_scalar(cx, BinaryOp::Pow, a, n.int("p", 2) as f64)?
+        }
+        _ => x,
+    };
+    let fill = if kind == PoolKind::Max { lowest(dt) } else { 0.0 };
+    let (xp, _) = pre_pad(cx, source, g, fill, true)?;
+    let total = strided_windows(cx, xp, g, if kind == PoolKind::Max { BinaryOp::Max } else { BinaryOp::Add })?;
+    match kind {
+        PoolKind::Max => Ok(total),
+        PoolKind::Lp => bin_scalar(cx, BinaryOp::Pow, total, 1.0 / n.int("p", 2) as f64),
+        PoolKind::Average => {
+            let include_pad = n.int("count_include_pad", 0) != 0;
+            let dims = cx.dims(x)?;
+            let mask = count_mask(cx, &dims, g, explicit, include_pad)?;
+            let count = strided_windows(cx, mask, g, BinaryOp::Add)?;
+            let count = cx.add1(rlx_ir::ops::elementwise::Cast { to: dt }, &[count])?;
+            bin(cx, BinaryOp::Div, total, count)
+        }
+    }
+}
+
+/// Combines, with `op`, the strided slices of the padded `x` at every offset of the window.
+fn strided_windows(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, op: BinaryOp) -> OpResult<ValueId> {
+    let dims = cx.dims(x)?;
+    let spatial = g.kernel.len();
+    let out: Vec<usize> = (0..spatial).map(|i| (dims[2 + i] - (g.kernel[i] - 1) * g.dilation[i] - 1) / g.stride[i] + 1).collect();
+    let offsets: usize = g.kernel.iter().product();
+    let mut acc: Option<ValueId> = None;
+    for flat in 0..offsets {
+        let mut rest = flat;
+        let mut v = x;
+        for i in (0..spatial).rev() {
+            let k = rest % g.kernel[i];
+            rest /= g.kernel[i];
+            v = cx.add1(rlx_ir::ops::shape::Slice { axis: 2 + i, start: k * g.dilation[i], len: out[i], step: g.stride[i] as i64 }, &[v])?;
+        }
+        acc = Some(match acc {
+            Some(a) => bin(cx, op, a, v)?,
+            None => v,
+        });
+    }
+    acc.ok_or_else(|| OpError::Invalid("empty window".into()))
+}
+
 /// How many cells each average-pool window counts: input cells, plus the `explicit` padding
 /// when `include_pad` (never the cells `ceil_mode` adds), as a `[1, 1, out…]` F32 tensor.
 fn cell_counts(cx: &mut Cx<'_>, xd: &[usize], g: &Geometry, explicit: &[[usize; 2]], include_pad: bool) -> OpResult<ValueId> {
+    let mask = count_mask(cx, xd, g, explicit, include_pad)?;
+    cx.add1(Pool { kind: ReduceOp::Sum, kernel_size: g.kernel.clone(), stride: g.stride.clone(), padding: vec![0; g.kernel.len()] }, &[mask])
+}
+
+/// `[1, 1, padded…]` F32: 1 on the cells an average counts, 0 on the others.
+fn count_mask(cx: &mut Cx<'_>, xd: &[usize], g: &Geometry, explicit: &[[usize; 2]], include_pad: bool) -> OpResult<ValueId> {
     let spatial = &xd[2..];
     let mut dims = vec![1, 1];
     dims.extend_from_slice(spatial);
@@ -317,7 +373,7 @@ fn cell_counts(cx: &mut Cx<'_>, xd: &[usize], g: &Geometry, explicit: &[[usize; 
         pads.extend(g.pads.iter().copied());
         cx.add1(Pad { pads, mode: PadMode::Constant(0.0) }, &[ones])?
     };
-    cx.add1(Pool { kind: ReduceOp::Sum, kernel_size: g.kernel.clone(), stride: g.stride.clone(), padding: vec![0; g.kernel.len()] }, &[mask])
+    Ok(mask)
 }
 
 fn global(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, op: ReduceOp) -> OpResult<Vec<ValueId>> {
