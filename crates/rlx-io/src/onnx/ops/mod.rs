@@ -5,6 +5,7 @@
 
 mod attention;
 mod conv;
+mod einsum;
 mod elementwise;
 mod index;
 mod matmul;
@@ -56,6 +57,7 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         attention::CONVERTERS,
         resize::CONVERTERS,
         rnn::CONVERTERS,
+        einsum::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
