@@ -94,7 +94,7 @@ impl<'a> Value<'a> {
     pub(crate) fn push_floats(self, what: &str, out: &mut Vec<f32>) -> WireResult<()> {
         match self {
             Value::Fixed32(v) => out.push(f32::from_bits(v)),
-            Value::Bytes(b) => out.extend(fixed_chunks::<4>(b, what)?.map(|c| f32::from_le_bytes(c))),
+            Value::Bytes(b) => out.extend(fixed_chunks::<4>(b, what)?.map(f32::from_le_bytes)),
             other => return Err(wrong_type(what, "32-bit floats", other)),
         }
         Ok(())
@@ -104,7 +104,7 @@ impl<'a> Value<'a> {
     pub(crate) fn push_doubles(self, what: &str, out: &mut Vec<f64>) -> WireResult<()> {
         match self {
             Value::Fixed64(v) => out.push(f64::from_bits(v)),
-            Value::Bytes(b) => out.extend(fixed_chunks::<8>(b, what)?.map(|c| f64::from_le_bytes(c))),
+            Value::Bytes(b) => out.extend(fixed_chunks::<8>(b, what)?.map(f64::from_le_bytes)),
             other => return Err(wrong_type(what, "64-bit doubles", other)),
         }
         Ok(())

@@ -28,11 +28,16 @@ struct Setup {
     cubic_a: f64,
     exclude_outside: bool,
     antialias: bool,
+    /// The fill of positions outside the crop of `tf_crop_and_resize`.
+    extrapolation: f64,
 }
+
+/// The `(input index, weight)` taps of each output position along one axis.
+type Taps = Vec<Vec<(usize, f64)>>;
 
 /// The `(input index, weight)` taps of each output position, and whether it lies outside the
 /// crop (`tf_crop_and_resize`, filled with the extrapolation value).
-fn axis_taps(s: &Setup, input: usize, output: usize, scale: f64, roi: (f64, f64)) -> OpResult<(Vec<Vec<(usize, f64)>>, Vec<bool>)> {
+fn axis_taps(s: &Setup, input: usize, output: usize, scale: f64, roi: (f64, f64)) -> OpResult<(Taps, Vec<bool>)> {
     let out_f = scale * input as f64;
     let mut taps = Vec::with_capacity(output);
     let mut outside = Vec::with_capacity(output);
@@ -144,7 +149,7 @@ fn neighbours(x: f64, n: usize, input: usize) -> Vec<i64> {
 }
 
 /// Resizes axis `axis` of `x` to `output` positions.
-fn resize_axis(cx: &mut Cx<'_>, x: ValueId, axis: usize, s: &Setup, scale: f64, output: usize, roi: (f64, f64), extrapolation: f64) -> OpResult<ValueId> {
+fn resize_axis(cx: &mut Cx<'_>, x: ValueId, axis: usize, s: &Setup, scale: f64, output: usize, roi: (f64, f64)) -> OpResult<ValueId> {
     let dims = cx.dims(x)?;
     let input = dims[axis];
     let (taps, outside) = axis_taps(s, input, output, scale, roi)?;
@@ -182,7 +187,7 @@ fn resize_axis(cx: &mut Cx<'_>, x: ValueId, axis: usize, s: &Setup, scale: f64, 
     mask_dims[axis] = output;
     let mask: Vec<f64> = outside.iter().map(|&o| f64::from(u8::from(o))).collect();
     let mask = cx.values(DType::Bool, &mask_dims, &mask)?;
-    let fill = cx.scalar(dt, extrapolation)?;
+    let fill = cx.scalar(dt, s.extrapolation)?;
     select(cx, mask, fill, y)
 }
 
@@ -200,11 +205,12 @@ fn setup(n: &OnnxNode<'_, '_>, default_transform: &str, default_nearest: &str) -
         cubic_a: n.float("cubic_coeff_a", -0.75) as f64,
         exclude_outside: n.int("exclude_outside", 0) != 0,
         antialias: n.int("antialias", 0) != 0,
+        extrapolation: n.float("extrapolation_value", 0.0) as f64,
     })
 }
 
 /// Resizes every axis with a scale other than 1 (or an output size other than the input's).
-fn apply(cx: &mut Cx<'_>, x: ValueId, s: &Setup, scales: &[f64], sizes: &[usize], roi: &[f64], extrapolation: f64) -> OpResult<ValueId> {
+fn apply(cx: &mut Cx<'_>, x: ValueId, s: &Setup, scales: &[f64], sizes: &[usize], roi: &[f64]) -> OpResult<ValueId> {
     let dims = cx.dims(x)?;
     let rank = dims.len();
     let mut y = x;
@@ -213,7 +219,7 @@ fn apply(cx: &mut Cx<'_>, x: ValueId, s: &Setup, scales: &[f64], sizes: &[usize]
         if scales[axis] == 1.0 && sizes[axis] == dims[axis] && s.transform != "tf_crop_and_resize" {
             continue;
         }
-        y = resize_axis(cx, y, axis, s, scales[axis], sizes[axis], r, extrapolation)?;
+        y = resize_axis(cx, y, axis, s, scales[axis], sizes[axis], r)?;
     }
     Ok(y)
 }
@@ -270,8 +276,7 @@ fn resize(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
             sizes[a] = (sc[i] * dims[a] as f64) as usize;
         }
     }
-    let extrapolation = n.float("extrapolation_value", 0.0) as f64;
-    Ok(vec![apply(cx, x, &s, &scales, &sizes, &roi, extrapolation)?])
+    Ok(vec![apply(cx, x, &s, &scales, &sizes, &roi)?])
 }
 
 /// `Upsample` (opsets 7–9): scales as an attribute (7) or input (9), asymmetric coordinates,
@@ -289,5 +294,5 @@ fn upsample(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     }
     let sizes: Vec<usize> = dims.iter().zip(&scales).map(|(&d, &sc)| (sc * d as f64) as usize).collect();
     let roi = [vec![0.0; dims.len()], vec![1.0; dims.len()]].concat();
-    Ok(vec![apply(cx, x, &s, &scales, &sizes, &roi, 0.0)?])
+    Ok(vec![apply(cx, x, &s, &scales, &sizes, &roi)?])
 }
