@@ -310,3 +310,44 @@ mod npy {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::npy;
+    use rlx::{DType, Tensor};
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    /// Files as `np.save` writes them (numpy 2.4): int64 [[1, -2, 3], [4, 5, -6]] and bool [T, F, T].
+    #[test]
+    fn reads_numpy_files() {
+        let dir = std::env::temp_dir().join(format!("rlx-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ints = dir.join("i.npy");
+        std::fs::write(&ints, hex("934e554d5059010076007b276465736372273a20273c6938272c2027666f727472616e5f6f72646572273a2046616c73652c20277368617065273a2028322c2033292c207d202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020200a0100000000000000feffffffffffffff030000000000000004000000000000000500000000000000faffffffffffffff")).unwrap();
+        let t = npy::read(&ints, DType::I64).unwrap();
+        assert_eq!(t.dims, vec![2, 3]);
+        let values: Vec<i64> = t.bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(values, vec![1, -2, 3, 4, 5, -6]);
+        let bools = dir.join("b.npy");
+        std::fs::write(&bools, hex("934e554d5059010076007b276465736372273a20277c6231272c2027666f727472616e5f6f72646572273a2046616c73652c20277368617065273a2028332c292c207d2020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020200a010001")).unwrap();
+        let t = npy::read(&bools, DType::Bool).unwrap();
+        assert_eq!((t.dims.clone(), t.bytes.clone()), (vec![3], vec![1, 0, 1]));
+        assert!(npy::read(&ints, DType::F32).is_err(), "a dtype other than the manifest's is refused");
+    }
+
+    #[test]
+    fn writes_what_it_reads() {
+        let dir = std::env::temp_dir().join(format!("rlx-npy-w-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("o.npy");
+        let t = Tensor::from_vec(vec![0.5f32, -1.25, 3.0, 7.5, 0.0, -2.0], &[3, 2]).unwrap();
+        npy::write(&path, &t).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!((bytes.len() - 6 * 4) % 64, 0, "header padded to 64 bytes");
+        let back = npy::read(&path, DType::F32).unwrap();
+        assert_eq!((back.dims, back.bytes), (vec![3, 2], t.bytes().to_vec()));
+    }
+}

@@ -10,10 +10,12 @@ mod elementwise;
 mod index;
 mod matmul;
 mod norm;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
 mod shape;
+mod signal;
 mod softmax;
 
 use super::build::Cx;
@@ -58,6 +60,8 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         resize::CONVERTERS,
         rnn::CONVERTERS,
         einsum::CONVERTERS,
+        quant::CONVERTERS,
+        signal::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())

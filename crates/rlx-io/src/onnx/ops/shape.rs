@@ -32,6 +32,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     ("Range", range),
     ("Trilu", trilu),
     ("EyeLike", eye_like),
+    ("CenterCropPad", center_crop_pad),
 ];
 
 /// Reshapes `x` to `dims` (which may hold symbols).
@@ -448,4 +449,34 @@ fn eye_like(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let k = n.int("k", 0);
     let values: Vec<f64> = (0..rows * cols).map(|p| f64::from(u8::from((p % cols) as i64 - (p / cols) as i64 == k))).collect();
     Ok(vec![cx.values(dt, &[rows, cols], &values)?])
+}
+
+/// `CenterCropPad`: each listed axis cropped or zero-padded to its target, centred (the extra
+/// cell goes to the end).
+fn center_crop_pad(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dims = cx.dims(x)?;
+    let target = checked_dims(&cx.const_ints(n.input(1)?, "shape")?).map_err(OpError::Invalid)?;
+    let axes = match n.ints("axes") {
+        Some(a) => normalized(&a, dims.len())?,
+        None => (0..dims.len()).collect(),
+    };
+    if axes.len() != target.len() {
+        return invalid(format!("shape {target:?} needs one entry per axis {axes:?}"));
+    }
+    let mut y = x;
+    let mut pads = vec![[0usize; 2]; dims.len()];
+    for (&a, &t) in axes.iter().zip(&target) {
+        let d = dims[a];
+        if t < d {
+            y = cx.add1(Narrow { axis: a, start: (d - t) / 2, len: t }, &[y])?;
+        } else if t > d {
+            let before = (t - d) / 2;
+            pads[a] = [before, t - d - before];
+        }
+    }
+    if pads.iter().any(|p| p != &[0, 0]) {
+        y = cx.add1(Pad { pads, mode: PadMode::Constant(0.0) }, &[y])?;
+    }
+    Ok(vec![y])
 }
