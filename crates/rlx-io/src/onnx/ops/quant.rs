@@ -1,4 +1,5 @@
 //! `QuantizeLinear` and `DequantizeLinear` (per tensor, per axis, or blocked along one axis)
+//! and `DynamicQuantizeLinear` (uint8 with the scale and zero point from the input's range),
 //! for the 8-bit and wider integer types rlx has, as casts, scaling, rounding half to even and
 //! clamping to the target range.
 
@@ -10,7 +11,11 @@ use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx_ir::ops::shape::Narrow;
 use rlx_ir::{DType, Shape, ValueId};
 
-pub const CONVERTERS: &[(&str, Convert)] = &[("QuantizeLinear", quantize), ("DequantizeLinear", dequantize)];
+pub const CONVERTERS: &[(&str, Convert)] = &[
+    ("QuantizeLinear", quantize),
+    ("DequantizeLinear", dequantize),
+    ("DynamicQuantizeLinear", dynamic_quantize),
+];
 
 /// Reshapes a scale or zero point to broadcast against `x`: a scalar as is, a vector along
 /// `axis`, a blocked tensor repeated `block_size` times along `axis`.
@@ -47,7 +52,7 @@ fn broadcastable(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, v: ValueId, x: ValueId) 
     if flat[axis] == xd[axis] {
         return Ok(y);
     }
-    Ok(cx.add1(Narrow { axis, start: 0, len: xd[axis] }, &[y])?)
+    cx.add1(Narrow { axis, start: 0, len: xd[axis] }, &[y])
 }
 
 fn range(dt: DType) -> OpResult<(f64, f64)> {
@@ -103,4 +108,31 @@ fn dequantize(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let s = broadcastable(cx, n, s, x)?;
     let y = bin(cx, BinaryOp::Mul, v, s)?;
     Ok(vec![cast_to(cx, y, out)?])
+}
+
+/// `DynamicQuantizeLinear`: `scale = (max(x, 0) − min(x, 0))/255`, `zero_point =
+/// clamp(round(−min/scale))`, then `QuantizeLinear` to uint8; outputs `y`, scale, zero point.
+fn dynamic_quantize(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    use rlx_ir::ops::reduce::{Reduce, ReduceOp};
+    let x = cast_to(cx, n.input(0)?, DType::F32)?;
+    let axes: Vec<usize> = (0..cx.rank(x)).collect();
+    let zero = cx.scalar(DType::F32, 0.0)?;
+    let hi = cx.add1(Reduce { op: ReduceOp::Max, axes: axes.clone(), keep_dim: false }, &[x])?;
+    let lo = cx.add1(Reduce { op: ReduceOp::Min, axes, keep_dim: false }, &[x])?;
+    let hi = bin(cx, BinaryOp::Max, hi, zero)?;
+    let lo = bin(cx, BinaryOp::Min, lo, zero)?;
+    let span = bin(cx, BinaryOp::Sub, hi, lo)?;
+    let c255 = cx.scalar(DType::F32, 255.0)?;
+    let scale = bin(cx, BinaryOp::Div, span, c255)?;
+    let neg_lo = act(cx, ActivationKind::Neg, lo)?;
+    let zp = bin(cx, BinaryOp::Div, neg_lo, scale)?;
+    let zp = act(cx, ActivationKind::Round, zp)?;
+    let zp = bin(cx, BinaryOp::Max, zp, zero)?;
+    let zp = bin(cx, BinaryOp::Min, zp, c255)?;
+    let q = bin(cx, BinaryOp::Div, x, scale)?;
+    let q = act(cx, ActivationKind::Round, q)?;
+    let q = bin(cx, BinaryOp::Add, q, zp)?;
+    let q = bin(cx, BinaryOp::Max, q, zero)?;
+    let q = bin(cx, BinaryOp::Min, q, c255)?;
+    Ok(vec![cast_to(cx, q, DType::U8)?, scale, cast_to(cx, zp, DType::U8)?])
 }
