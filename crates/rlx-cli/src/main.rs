@@ -35,6 +35,8 @@ enum Command {
         json: bool,
         texts: Vec<String>,
     },
+    /// Run an ONNX model on .npy inputs (the conformance runner's protocol), or --bench it.
+    OnnxRun(rlx_cli::onnx_run::OnnxRunArgs),
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -67,6 +69,7 @@ fn main() {
             Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
         Command::Embed { model, json, texts } => rlx_cli::embed::run(&model, &texts, json).map_err(Into::into),
+        Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())

@@ -13,6 +13,7 @@ mod supported;
 pub mod view;
 
 pub use custom::{custom_kernel, register_custom_kernel, CustomKernel};
+pub use fold::CpuConstEval;
 pub use supported::SUPPORTED_OPS;
 
 use rlx_ir::{Graph, OpKind};

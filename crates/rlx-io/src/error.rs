@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// Errors of reading safetensors and GGUF files. Malformed input of any kind yields one of
+/// Errors of reading safetensors, GGUF and ONNX files. Malformed input of any kind yields one of
 /// these, never a panic, and sizes are checked against the file before anything is allocated.
 #[derive(Debug, Error)]
 pub enum IoError {
@@ -44,6 +44,14 @@ pub enum IoError {
     DTypeMismatch { path: PathBuf, tensor: String, stored: String, requested: String },
     #[error("{}: {source}", path.display())]
     Safetensors { path: PathBuf, source: ::safetensors::SafeTensorError },
+    #[error("{}: malformed ONNX protobuf in {field}: {reason}", path.display())]
+    Proto { path: PathBuf, field: String, reason: String },
+    #[error("{}: {reason}", path.display())]
+    OnnxModel { path: PathBuf, reason: String },
+    #[error("{}: node `{node}` ({op}, opset {opset}): {reason}", path.display())]
+    OnnxNode { path: PathBuf, node: String, op: String, opset: i64, reason: String },
+    #[error("{}: node `{node}` ({op}, opset {opset}) is not supported: {reason}", path.display())]
+    OnnxUnsupported { path: PathBuf, node: String, op: String, opset: i64, reason: String },
     #[error(transparent)]
     Runtime(#[from] rlx_runtime::RuntimeError),
 }

@@ -1,5 +1,6 @@
-//! Reading model files for rlx: memory-mapped [safetensors](safetensors::SafetensorsFile) and
-//! [GGUF](gguf::GgufFile) (versions 2 and 3, every ggml block type rlx-ir decodes).
+//! Reading model files for rlx: memory-mapped [safetensors](safetensors::SafetensorsFile),
+//! [GGUF](gguf::GgufFile) (versions 2 and 3, every ggml block type rlx-ir decodes), and
+//! [ONNX](onnx::import) models imported as rlx graphs.
 //!
 //! Tensors are borrowed from the map without copying where the caller takes bytes as stored,
 //! and copied into a [`rlx_runtime::Tensor`] when loaded (widened or dequantised to F32 on
@@ -9,6 +10,7 @@ mod convert;
 mod error;
 pub mod gguf;
 mod mapped;
+pub mod onnx;
 pub mod safetensors;
 
 pub use error::{IoError, Result};

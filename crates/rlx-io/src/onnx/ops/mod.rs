@@ -1,0 +1,144 @@
+//! ONNX ops onto rlx ops, one module per op family. Each module lists its converters in a
+//! `CONVERTERS` table of `(op_type, function)`; [`converter`] looks an op type up in all of
+//! them. A converter reads the node's attributes per the model's opset and appends rlx ops
+//! through [`Cx`]; composite ONNX ops lower to several rlx ops.
+
+mod attention;
+mod conv;
+mod einsum;
+mod elementwise;
+mod index;
+mod matmul;
+mod norm;
+mod quant;
+mod reduce;
+mod resize;
+mod rnn;
+mod shape;
+mod signal;
+mod softmax;
+
+use super::build::Cx;
+use super::proto::{AttributeProto, NodeProto};
+use super::tensor::{decode, TensorData};
+use rlx_ir::{norm_axis, IrError, ValueId};
+use std::path::Path;
+
+/// Why a node could not be converted.
+#[derive(Debug)]
+pub enum OpError {
+    /// A construct rlx does not import (yet): an op, a mode, an input not known at import.
+    Unsupported(String),
+    /// The node contradicts the ONNX spec or rlx's inference rejected it.
+    Invalid(String),
+}
+
+impl From<IrError> for OpError {
+    fn from(e: IrError) -> OpError {
+        OpError::Invalid(e.to_string())
+    }
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+/// A converter: the node's output values (as many as the node lists outputs, or fewer when
+/// trailing optional outputs are not produced).
+pub type Convert = fn(&mut Cx<'_>, &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>>;
+
+/// The converter for a default-domain op type.
+pub fn converter(op_type: &str) -> Option<Convert> {
+    [
+        elementwise::CONVERTERS,
+        matmul::CONVERTERS,
+        shape::CONVERTERS,
+        reduce::CONVERTERS,
+        index::CONVERTERS,
+        softmax::CONVERTERS,
+        norm::CONVERTERS,
+        conv::CONVERTERS,
+        attention::CONVERTERS,
+        resize::CONVERTERS,
+        rnn::CONVERTERS,
+        einsum::CONVERTERS,
+        quant::CONVERTERS,
+        signal::CONVERTERS,
+    ]
+    .iter()
+    .flat_map(|t| t.iter())
+    .find(|(name, _)| *name == op_type)
+    .map(|(_, f)| *f)
+}
+
+/// A node with its inputs resolved to rlx values and the opset in force.
+pub struct OnnxNode<'n, 'a> {
+    pub proto: &'n NodeProto<'a>,
+    /// One entry per listed input; `None` for an omitted optional input (`""`).
+    pub inputs: Vec<Option<ValueId>>,
+    pub opset: i64,
+    /// The model's folder, for tensor attributes with external data.
+    pub base: Option<&'n Path>,
+}
+
+impl OnnxNode<'_, '_> {
+    /// Input `i`, which must be present.
+    pub fn input(&self, i: usize) -> OpResult<ValueId> {
+        self.opt_input(i).ok_or_else(|| OpError::Invalid(format!("input {i} is required")))
+    }
+
+    /// Input `i` if given.
+    pub fn opt_input(&self, i: usize) -> Option<ValueId> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    /// The present inputs, in order.
+    pub fn present_inputs(&self) -> Vec<ValueId> {
+        self.inputs.iter().flatten().copied().collect()
+    }
+
+    pub fn attr(&self, name: &str) -> Option<&AttributeProto<'_>> {
+        self.proto.attribute.iter().find(|a| a.name == name)
+    }
+
+    pub fn int(&self, name: &str, default: i64) -> i64 {
+        self.attr(name).map_or(default, |a| a.i)
+    }
+
+    pub fn float(&self, name: &str, default: f32) -> f32 {
+        self.attr(name).map_or(default, |a| a.f)
+    }
+
+    pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.attr(name).map(|a| a.ints.clone())
+    }
+
+    pub fn floats(&self, name: &str) -> Option<Vec<f32>> {
+        self.attr(name).map(|a| a.floats.clone())
+    }
+
+    pub fn string(&self, name: &str, default: &str) -> String {
+        self.attr(name).map_or_else(|| default.to_string(), |a| String::from_utf8_lossy(&a.s).into_owned())
+    }
+
+    /// A tensor attribute, decoded.
+    pub fn tensor(&self, name: &str) -> OpResult<Option<TensorData>> {
+        self.attr(name)
+            .and_then(|a| a.t.as_ref())
+            .map(|t| decode(t, self.base).map_err(|e| OpError::Invalid(format!("attribute `{name}`: {e}"))))
+            .transpose()
+    }
+
+    /// `axis` normalized against `rank`.
+    pub fn axis(&self, axis: i64, rank: usize) -> OpResult<usize> {
+        norm_axis(axis, rank).map_err(OpError::Invalid)
+    }
+}
+
+/// Rejects an attribute value rlx cannot import.
+pub fn unsupported<T>(what: impl Into<String>) -> OpResult<T> {
+    Err(OpError::Unsupported(what.into()))
+}
+
+/// Rejects a node that breaks the spec.
+pub fn invalid<T>(what: impl Into<String>) -> OpResult<T> {
+    Err(OpError::Invalid(what.into()))
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Small ONNX models with inputs and onnxruntime's outputs, for rlx-io's import tests.
+
+Writes crates/rlx-io/tests/data/onnx/<name>/{model.onnx, input_<J>.pb, output_<J>.pb}
+(TensorProto files, the ONNX backend-test layout). Inputs are seeded random normals.
+
+    /work/.anchors/venv/bin/python tools/onnx/make_fixtures.py   # onnx 1.23.2, onnxruntime 1.32
+"""
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "rlx-io", "tests", "data", "onnx")
+rng = np.random.default_rng(7)
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def save(name, nodes, inputs, outputs, inits, feeds, opset=17):
+    graph = helper.make_graph(nodes, name, inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    results = sess.run(None, feeds)
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "model.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for j, (k, v) in enumerate(feeds.items()):
+        with open(os.path.join(d, f"input_{j}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(v, k).SerializeToString())
+    for j, v in enumerate(results):
+        with open(os.path.join(d, f"output_{j}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(v, f"out{j}").SerializeToString())
+
+
+def vi(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+# An MLP head: Gemm (transB) → Relu → MatMul → LayerNormalization → Softmax, batch symbolic.
+save(
+    "mlp",
+    [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["m"]),
+        helper.make_node("LayerNormalization", ["m", "g", "b"], ["n"], axis=-1, epsilon=1e-5),
+        helper.make_node("Softmax", ["n"], ["y"], axis=-1),
+    ],
+    [vi("x", ["batch", 6])],
+    [vi("y", ["batch", 5])],
+    {"w1": f32(8, 6), "b1": f32(8), "w2": f32(8, 5), "g": f32(5), "b": f32(5)},
+    {"x": f32(3, 6)},
+)
+
+# A small CNN: Conv (SAME_UPPER, stride 2) → BatchNormalization → Relu → MaxPool (pads) →
+# AveragePool (ceil_mode) → Flatten → Gemm.
+save(
+    "cnn",
+    [
+        helper.make_node("Conv", ["x", "w", "wb"], ["c"], auto_pad="SAME_UPPER", strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "mean", "var"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]),
+        helper.make_node("AveragePool", ["p"], ["a"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+        helper.make_node("Flatten", ["a"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw"], ["y"]),
+    ],
+    [vi("x", [2, 3, 9, 9])],
+    [vi("y", [2, 4])],
+    {
+        "w": f32(4, 3, 3, 3), "wb": f32(4), "s": f32(4), "bb": f32(4), "mean": f32(4),
+        "var": np.abs(f32(4)) + 0.5, "fw": f32(36, 4),
+    },
+    {"x": f32(2, 3, 9, 9)},
+)
+
+# Shape arithmetic folded at import: Shape → Gather → Concat feeding Reshape, then Transpose,
+# Slice (negative step) and ReduceSum over an axes input.
+save(
+    "reshape_chain",
+    [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+        helper.make_node("Concat", ["n", "tail"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("Slice", ["t", "st", "en", "ax", "sp"], ["sl"]),
+        helper.make_node("ReduceSum", ["sl", "rax"], ["y"], keepdims=0),
+    ],
+    [vi("x", [2, 4, 6])],
+    [vi("y", [2, 4])],
+    {
+        "i0": np.array([0], np.int64), "tail": np.array([8, 3], np.int64),
+        "st": np.array([-1], np.int64), "en": np.array([-9], np.int64), "ax": np.array([2], np.int64),
+        "sp": np.array([-2], np.int64), "rax": np.array([1], np.int64),
+    },
+    {"x": f32(2, 4, 6)},
+)
+print("wrote", os.path.normpath(OUT))
