@@ -46,6 +46,16 @@ pub fn par_map<A: Sync + Copy, O: Send>(x: &[A], out: &mut [O], f: impl Fn(A) ->
     }
 }
 
+/// `f(x_chunk, out_chunk)` over matching chunks of `x` and `out`, split across threads
+/// when large: for kernels that work on whole slices (vectorised maps).
+pub fn par_chunks<A: Sync, O: Send>(x: &[A], out: &mut [O], f: impl Fn(&[A], &mut [O]) + Sync) {
+    if x.len() < PAR_MIN {
+        f(x, out);
+    } else {
+        out.par_chunks_mut(PAR_MIN / 4).zip(x.par_chunks(PAR_MIN / 4)).for_each(|(o, x)| f(x, o));
+    }
+}
+
 /// `out[i] = f(a[i], b[i])`, split across threads when large.
 pub fn par_map2<A: Sync + Copy, B: Sync + Copy, O: Send>(a: &[A], b: &[B], out: &mut [O], f: impl Fn(A, B) -> O + Sync) {
     if a.len() < PAR_MIN {

@@ -2,13 +2,15 @@
 //! and the pointwise backward ops (OPS.md §3, §22).
 
 mod cast;
+mod gelu;
 mod spline;
 
 pub use cast::cast;
+pub use gelu::{gelu, gelu_in_place};
 pub use spline::{spline, spline_backward_coeff, spline_backward_x};
 
 use super::real::Real;
-use super::{by_float, par_map, par_map2};
+use super::{by_float, par_chunks, par_map, par_map2};
 use crate::view::{broadcast_strides, for_each_broadcast, In, Out};
 use half::{bf16, f16};
 use num_complex::Complex32;
@@ -172,6 +174,10 @@ pub fn activation(kind: ActivationKind, x: In, out: &mut Out) -> Result<(), Stri
         DType::I64 => int_act::<i64>(kind, x, out),
         DType::C64 if kind == ActivationKind::Neg => {
             par_map(x.get::<Complex32>(), out.get::<Complex32>(), |v| -v);
+            Ok(())
+        }
+        DType::F32 if kind == ActivationKind::Gelu => {
+            par_chunks(x.get::<f32>(), out.get::<f32>(), gelu);
             Ok(())
         }
         DType::F16 => {

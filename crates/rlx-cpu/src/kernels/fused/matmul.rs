@@ -1,7 +1,7 @@
 //! `FusedMatMulBiasAct`: `act(x·w + bias)`.
 
 use super::{per_act, Scratch};
-use crate::kernels::elementwise::{act, activation, binary};
+use crate::kernels::elementwise::{act, activation, binary, gelu_in_place};
 use crate::kernels::{matmul, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
@@ -24,6 +24,10 @@ pub fn matmul_bias_act(activation_kind: Option<ActivationKind>, x: In, w: In, bi
     let y = out.get::<f32>();
     let epilogue = |rows: &mut [f32]| match activation_kind {
         None => rows.chunks_exact_mut(n).for_each(|r| r.iter_mut().zip(b).for_each(|(y, &b)| *y += b)),
+        Some(ActivationKind::Gelu) => {
+            rows.chunks_exact_mut(n).for_each(|r| r.iter_mut().zip(b).for_each(|(y, &b)| *y += b));
+            gelu_in_place(rows)
+        }
         Some(kind) => per_act!(kind, K => rows
             .chunks_exact_mut(n)
             .for_each(|r| r.iter_mut().zip(b).for_each(|(y, &b)| *y = act(K, *y + b)))),

@@ -2,8 +2,8 @@
 //! `ElementwiseRegion`.
 //!
 //! Each has an f32 path that makes one pass where the unfused ops make several, with the same
-//! scalar arithmetic as the standalone kernels (`elementwise::act`, f32 sums), so results
-//! match the decomposition to rounding. Other dtypes run the standalone kernels in sequence,
+//! arithmetic as the standalone kernels (`elementwise::act`, the f32 GELU, f32 sums), so
+//! results match the decomposition to rounding. Other dtypes run the standalone kernels in sequence,
 //! which is exactly the decomposition.
 
 mod matmul;

@@ -6,12 +6,12 @@
 //! through the standalone elementwise kernels on the block's byte buffers.
 
 use super::per_act;
-use crate::kernels::elementwise::{act, activation, binary, cast, compare, select};
+use crate::kernels::elementwise::{act, activation, binary, cast, compare, gelu, select};
 use crate::kernels::real::Real;
 use crate::kernels::{by_size, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
-use rlx_ir::ops::elementwise::{BinaryOp, CmpOp};
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, Operand, RegionPrologue};
 use rlx_ir::DType;
 
@@ -178,6 +178,7 @@ fn f32_step<'a>(step: &ChainStep, at: impl Fn(Operand) -> &'a [f32], dst: &mut [
         dst.iter_mut().zip(a).zip(b).for_each(|((d, &x), &y)| *d = f(x, y));
     }
     match *step {
+        ChainStep::Activation(ActivationKind::Gelu, a) => gelu(at(a), dst),
         ChainStep::Activation(kind, a) => {
             let a = at(a);
             per_act!(kind, K => dst.iter_mut().zip(a).for_each(|(d, &x)| *d = act(K, x)))
