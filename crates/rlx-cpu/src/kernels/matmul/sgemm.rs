@@ -1,0 +1,285 @@
+//! rlx's f32 GEMM: `c (+)= a · b` over strided operands, packed and cache-blocked around the
+//! register tiles of [`tile`](super::tile).
+//!
+//! Loop nest, per block of `KC` steps of the inner dimension: all of `a`'s rows are packed
+//! into `mr`-row panels (each `mr × kc`, small enough to stay in L1 while it sweeps a column
+//! block); then each task — a block of rows × at most `NC` columns — packs its columns of `b`
+//! into `nr`-column panels (a `kc × NC` block that stays in L2) and runs the tile kernel over
+//! its row panels × column panels. Tasks run on rayon when the product is large enough.
+
+use super::tile::{Tile, MAX_TILE};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// Most steps of the inner dimension per packed block (an `mr × KC` panel of `a` stays in
+/// L1); the inner dimension is cut into equal blocks of at most this.
+const KC: usize = 384;
+/// Most columns of `b` one task packs (a `KC × NC` block of `b` stays in L2).
+const NC: usize = 512;
+/// Multiply-adds below which a product runs on one thread.
+pub const PAR_FLOPS: usize = 1 << 18;
+
+/// A read-only f32 matrix: element `(i, j)` is `data[i·strides[0] + j·strides[1]]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Mat<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub strides: [usize; 2],
+}
+
+/// A row-major f32 matrix to write: element `(i, j)` is `data[i·ld + j]`.
+#[derive(Debug)]
+pub struct MatMut<'a> {
+    pub data: &'a mut [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A contiguous row-major `[rows, cols]` matrix.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Mat<'a> {
+        Mat { data, rows, cols, strides: [cols, 1] }
+    }
+
+    /// Index one past the last element addressed (0 when empty).
+    fn span(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.strides[0] + (self.cols - 1) * self.strides[1] + 1
+        }
+    }
+}
+
+impl<'a> MatMut<'a> {
+    /// A contiguous row-major `[rows, cols]` matrix.
+    pub fn row_major(data: &'a mut [f32], rows: usize, cols: usize) -> MatMut<'a> {
+        MatMut { data, rows, cols, ld: cols }
+    }
+}
+
+/// `c = a·b`, or `c += a·b` with `accumulate`: `a [m, k]`, `b [k, n]`, `c [m, n]`, each read
+/// or written through its strides (a transposed operand needs no copy); accumulation is f32
+/// in the order of `k`. With `parallel` a large product is split over the current rayon pool
+/// (callers already splitting work over threads pass `false`). Errors name the mismatch when
+/// the shapes disagree, a slice is too short for its geometry, or `c`'s rows overlap.
+pub fn sgemm(a: Mat, b: Mat, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
+    sgemm_with(Tile::best(), a, b, c, accumulate, parallel)
+}
+
+/// [`sgemm`] on a chosen register tile (tests run every tile the CPU has).
+pub fn sgemm_with(tile: Tile, a: Mat, b: Mat, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if b.rows != k || c.rows != m || c.cols != n {
+        return Err(format!("sgemm: [{m}, {k}] × [{}, {n}] does not give [{}, {}]", b.rows, c.rows, c.cols));
+    }
+    if a.data.len() < a.span() || b.data.len() < b.span() {
+        return Err(format!("sgemm: operand slices of {} and {} elements are too short for their strides", a.data.len(), b.data.len()));
+    }
+    if m * n == 0 {
+        return Ok(());
+    }
+    if c.ld < n || c.data.len() < (m - 1) * c.ld + n {
+        return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
+    }
+    if k == 0 {
+        if !accumulate {
+            c.data.chunks_mut(c.ld).take(m).for_each(|row| row[..n].fill(0.0));
+        }
+        return Ok(());
+    }
+    let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
+    let plan = Plan::new(tile, m, n, threads);
+    let out = OutPtr(c.data.as_mut_ptr());
+    let block = k.div_ceil(k.div_ceil(KC));
+    with_buffer(&PACKED_A, m.div_ceil(tile.mr) * tile.mr * block, |packed_a| {
+        for p0 in (0..k).step_by(block) {
+            let kc = block.min(k - p0);
+            let panels = &mut packed_a[..m.div_ceil(tile.mr) * tile.mr * kc];
+            let pack = |(i, panel): (usize, &mut [f32])| pack_a(&a, i * tile.mr, p0, tile.mr, panel);
+            if threads > 1 {
+                panels.par_chunks_mut(tile.mr * kc).enumerate().for_each(pack);
+            } else {
+                panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
+            }
+            let step = Step { tile, a: panels, b: &b, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0 };
+            let task = |t: usize| {
+                // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
+                // addressed element (checked above) and overlaps neither operand (`&mut`).
+                unsafe { step.run(plan.block(t), &out) }
+            };
+            if threads > 1 {
+                (0..plan.tasks()).into_par_iter().for_each(task);
+            } else {
+                (0..plan.tasks()).for_each(task);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The output's base pointer, shared by tasks that write disjoint blocks.
+struct OutPtr(*mut f32);
+// Safety: tasks only write disjoint tiles through it (see `sgemm_with`).
+unsafe impl Sync for OutPtr {}
+
+/// How the output is split into tasks: row blocks of `rows` tiles × column blocks of `cols`
+/// tiles, column blocks outermost.
+struct Plan {
+    mt: usize,
+    nt: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl Plan {
+    /// One row block and `NC`-wide column blocks on one thread; on several, the split whose
+    /// busiest thread has the fewest tiles (ties: fewer tasks, since each packs its own `b`).
+    fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
+        let (mt, nt) = (m.div_ceil(tile.mr), n.div_ceil(tile.nr));
+        let max_cols = (NC / tile.nr).max(1);
+        let mut best = Plan { mt, nt, rows: mt, cols: nt.min(max_cols) };
+        if threads == 1 {
+            return best;
+        }
+        let mut best_cost = usize::MAX;
+        for rb in 1..=mt.min(8 * threads) {
+            for cb in nt.div_ceil(max_cols)..=nt.min(8 * threads) {
+                let p = Plan { mt, nt, rows: mt.div_ceil(rb), cols: nt.div_ceil(cb) };
+                let cost = p.tasks().div_ceil(threads) * p.rows * p.cols;
+                if cost < best_cost || (cost == best_cost && p.tasks() < best.tasks()) {
+                    best_cost = cost;
+                    best = p;
+                }
+            }
+        }
+        best
+    }
+
+    fn tasks(&self) -> usize {
+        self.mt.div_ceil(self.rows) * self.nt.div_ceil(self.cols)
+    }
+
+    /// Tile ranges `(rows, cols)` of task `t`.
+    fn block(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let rb = self.mt.div_ceil(self.rows);
+        let (r, c) = (t % rb, t / rb);
+        (r * self.rows..((r + 1) * self.rows).min(self.mt), c * self.cols..((c + 1) * self.cols).min(self.nt))
+    }
+}
+
+/// One `KC` step of the product: packed panels of `a` and the unpacked `b`.
+struct Step<'s> {
+    tile: Tile,
+    a: &'s [f32],
+    b: &'s Mat<'s>,
+    p0: usize,
+    kc: usize,
+    m: usize,
+    n: usize,
+    ld: usize,
+    add: bool,
+}
+
+impl Step<'_> {
+    /// Packs this block's columns of `b` and runs the tiles of rows × cols.
+    ///
+    /// # Safety
+    /// `out` addresses an `m × n` matrix of row stride `ld` that no other thread touches
+    /// inside this block.
+    unsafe fn run(&self, (rows, cols): (std::ops::Range<usize>, std::ops::Range<usize>), out: &OutPtr) {
+        let Tile { mr, nr, .. } = self.tile;
+        let (kc, panel_a, panel_b) = (self.kc, mr * self.kc, nr * self.kc);
+        with_buffer(&PACKED_B, cols.len() * panel_b, |packed_b| {
+            for (j, panel) in cols.clone().zip(packed_b.chunks_exact_mut(panel_b)) {
+                pack_b(self.b, self.p0, j * nr, nr, panel);
+            }
+            let mut scratch = [0.0f32; MAX_TILE];
+            for i in rows {
+                let a = self.a[i * panel_a..].as_ptr();
+                let (r0, h) = (i * mr, mr.min(self.m - i * mr));
+                for (j, b) in cols.clone().zip(packed_b.chunks_exact(panel_b)) {
+                    let (c0, w) = (j * nr, nr.min(self.n - j * nr));
+                    let c = out.0.add(r0 * self.ld + c0);
+                    if h == mr && w == nr {
+                        self.tile.run(kc, a, b.as_ptr(), c, self.ld, self.add);
+                    } else {
+                        self.tile.run(kc, a, b.as_ptr(), scratch.as_mut_ptr(), nr, false);
+                        for (r, part) in scratch.chunks_exact(nr).take(h).enumerate() {
+                            let row = std::slice::from_raw_parts_mut(c.add(r * self.ld), w);
+                            for (o, &v) in row.iter_mut().zip(part) {
+                                *o = if self.add { *o + v } else { v };
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Packs rows `r0..r0 + mr` of `a` (zeros past the last row) at steps `p0..p0 + kc` into
+/// `panel`, step-major: `panel[p·mr + r] = a[r0 + r, p0 + p]`.
+fn pack_a(a: &Mat, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) {
+    let [rs, cs] = a.strides;
+    let h = mr.min(a.rows - r0);
+    for (p, step) in panel.chunks_exact_mut(mr).enumerate() {
+        let base = r0 * rs + (p0 + p) * cs;
+        for (r, v) in step[..h].iter_mut().enumerate() {
+            *v = a.data[base + r * rs];
+        }
+        step[h..].fill(0.0);
+    }
+}
+
+/// Packs columns `c0..c0 + nr` of `b` (zeros past the last column) at steps `p0..` into
+/// `panel`, step-major: `panel[p·nr + j] = b[p0 + p, c0 + j]`.
+fn pack_b(b: &Mat, p0: usize, c0: usize, nr: usize, panel: &mut [f32]) {
+    let [rs, cs] = b.strides;
+    let w = nr.min(b.cols - c0);
+    for (p, step) in panel.chunks_exact_mut(nr).enumerate() {
+        let base = (p0 + p) * rs + c0 * cs;
+        if cs == 1 {
+            step[..w].copy_from_slice(&b.data[base..base + w]);
+        } else {
+            for (j, v) in step[..w].iter_mut().enumerate() {
+                *v = b.data[base + j * cs];
+            }
+        }
+        step[w..].fill(0.0);
+    }
+}
+
+thread_local! {
+    /// Packed panels of `a`, kept per thread across calls (no page faults per call).
+    static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Packed panels of `b`, kept per thread across calls.
+    static PACKED_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Calls `f` with `len` floats of a 64-byte-aligned scratch buffer from `key`; when that
+/// buffer is in use further up this thread's stack (rayon ran a nested product while
+/// waiting), a fresh one.
+fn with_buffer<R>(key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    const ALIGN: usize = 16;
+    let aligned = |v: &mut Vec<f32>| -> std::ops::Range<usize> {
+        if v.len() < len + ALIGN {
+            v.resize(len + ALIGN, 0.0);
+        }
+        let at = v.as_ptr().align_offset(64).min(ALIGN);
+        at..at + len
+    };
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            let range = aligned(&mut v);
+            f(&mut v[range])
+        }
+        Err(_) => {
+            let mut v = Vec::new();
+            let range = aligned(&mut v);
+            f(&mut v[range])
+        }
+    })
+}
