@@ -1,12 +1,12 @@
 //! Matrix products (OPS.md §4): `MatMul` with NumPy batch broadcasting and `DotGeneral`.
-//! f32 runs on rlx's own packed, cache-blocked [`sgemm`] (half floats and mixed float
-//! operands through f32); f64 and c32 on the `gemm` crate; integers on a wrapping
-//! i64-accumulating loop.
+//! f32, f16 and bf16 (in any mix) run on rlx's own packed, cache-blocked [`sgemm`], half
+//! floats widened as they are packed and accumulated in f32; f64 and c32 on the `gemm` crate;
+//! integers on a wrapping i64-accumulating loop.
 
 mod sgemm;
 mod tile;
 
-pub use sgemm::{sgemm, sgemm_with, Mat, MatMut, PAR_FLOPS};
+pub use sgemm::{sgemm, sgemm_with, Element, Mat, MatMut, PAR_FLOPS};
 pub use tile::Tile;
 
 use super::real::Real;
@@ -79,13 +79,24 @@ impl Gemm {
         }
     }
 
-    /// f32 products on rlx's own [`sgemm`].
-    fn run_f32(&self, a: &[f32], b: &[f32], o: &mut [f32]) -> Result<(), String> {
+    /// Products into f32 on rlx's own [`sgemm`].
+    fn run_f32<A: Element, B: Element>(&self, a: &[A], b: &[B], o: &mut [f32]) -> Result<(), String> {
         let (m, k, n) = (self.m, self.k, self.n);
         self.each(o, |ao, bo, out, parallel| {
             let (a, b) = (Mat::row_major(&a[ao..], m, k), Mat::row_major(&b[bo..], k, n));
             sgemm(a, b, MatMut::row_major(out, m, n), false, parallel)
         })
+    }
+
+    /// A float product with `a` already typed: f16 and bf16 operands are widened while
+    /// packed, f64 mixed with a narrower float is widened to f32 first.
+    fn run_mixed<A: Element>(&self, a: &[A], b: In, o: &mut [f32]) -> Result<(), String> {
+        match b.dtype {
+            DType::F16 => self.run_f32(a, b.get::<f16>(), o),
+            DType::BF16 => self.run_f32(a, b.get::<bf16>(), o),
+            DType::F32 => self.run_f32(a, b.get::<f32>(), o),
+            _ => self.run_f32(a, &widen(b), o),
+        }
     }
 
     /// f64 and complex products on the `gemm` crate.
@@ -140,9 +151,13 @@ impl Gemm {
                 self.run(a.get::<Complex32>(), b.get::<Complex32>(), out.get::<Complex32>(), z, o)?
             }
             (x, y) if x.is_float() && y.is_float() => {
-                let (fa, fb) = (widen(a), widen(b));
                 let mut fo = vec![0.0f32; out.numel()];
-                self.run_f32(&fa, &fb, &mut fo)?;
+                match a.dtype {
+                    DType::F16 => self.run_mixed(a.get::<f16>(), b, &mut fo)?,
+                    DType::BF16 => self.run_mixed(a.get::<bf16>(), b, &mut fo)?,
+                    DType::F32 => self.run_mixed(a.get::<f32>(), b, &mut fo)?,
+                    _ => self.run_mixed(&widen(a), b, &mut fo)?,
+                }
                 narrow(&fo, out);
             }
             (x, _) if x.is_int() => {

@@ -8,6 +8,7 @@
 //! its row panels × column panels. Tasks run on rayon when the product is large enough.
 
 use super::tile::{Tile, MAX_TILE};
+use half::{bf16, f16};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -19,10 +20,44 @@ const NC: usize = 512;
 /// Multiply-adds below which a product runs on one thread.
 pub const PAR_FLOPS: usize = 1 << 18;
 
-/// A read-only f32 matrix: element `(i, j)` is `data[i·strides[0] + j·strides[1]]`.
+/// An operand element type: f32, or a half float widened to f32 while it is packed.
+pub trait Element: Copy + Send + Sync + 'static {
+    fn f32(self) -> f32;
+    /// The elements as f32 when they are f32 (for the transposing fast path).
+    fn as_f32(data: &[Self]) -> Option<&[f32]>;
+}
+
+impl Element for f32 {
+    fn f32(self) -> f32 {
+        self
+    }
+    fn as_f32(data: &[f32]) -> Option<&[f32]> {
+        Some(data)
+    }
+}
+
+impl Element for f16 {
+    fn f32(self) -> f32 {
+        self.to_f32()
+    }
+    fn as_f32(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+impl Element for bf16 {
+    fn f32(self) -> f32 {
+        self.to_f32()
+    }
+    fn as_f32(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// A read-only matrix: element `(i, j)` is `data[i·strides[0] + j·strides[1]]`.
 #[derive(Clone, Copy, Debug)]
-pub struct Mat<'a> {
-    pub data: &'a [f32],
+pub struct Mat<'a, T = f32> {
+    pub data: &'a [T],
     pub rows: usize,
     pub cols: usize,
     pub strides: [usize; 2],
@@ -37,9 +72,9 @@ pub struct MatMut<'a> {
     pub ld: usize,
 }
 
-impl<'a> Mat<'a> {
+impl<'a, T> Mat<'a, T> {
     /// A contiguous row-major `[rows, cols]` matrix.
-    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Mat<'a> {
+    pub fn row_major(data: &'a [T], rows: usize, cols: usize) -> Mat<'a, T> {
         Mat { data, rows, cols, strides: [cols, 1] }
     }
 
@@ -61,16 +96,16 @@ impl<'a> MatMut<'a> {
 }
 
 /// `c = a·b`, or `c += a·b` with `accumulate`: `a [m, k]`, `b [k, n]`, `c [m, n]`, each read
-/// or written through its strides (a transposed operand needs no copy); accumulation is f32
-/// in the order of `k`. With `parallel` a large product is split over the current rayon pool
+/// or written through its strides (a transposed operand needs no copy); f16 and bf16
+/// operands are widened as they are packed, and accumulation is f32 in the order of `k`. With `parallel` a large product is split over the current rayon pool
 /// (callers already splitting work over threads pass `false`). Errors name the mismatch when
 /// the shapes disagree, a slice is too short for its geometry, or `c`'s rows overlap.
-pub fn sgemm(a: Mat, b: Mat, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
+pub fn sgemm<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
     sgemm_with(Tile::best(), a, b, c, accumulate, parallel)
 }
 
 /// [`sgemm`] on a chosen register tile (tests run every tile the CPU has).
-pub fn sgemm_with(tile: Tile, a: Mat, b: Mat, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
+pub fn sgemm_with<A: Element, B: Element>(tile: Tile, a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if b.rows != k || c.rows != m || c.cols != n {
         return Err(format!("sgemm: [{m}, {k}] × [{}, {n}] does not give [{}, {}]", b.rows, c.rows, c.cols));
@@ -136,7 +171,8 @@ struct Plan {
 
 impl Plan {
     /// One row block and `NC`-wide column blocks on one thread; on several, the split whose
-    /// busiest thread has the fewest tiles (ties: fewer tasks, since each packs its own `b`).
+    /// busiest thread has the fewest tiles (ties: fewer tasks, since each packs its own `b`; then
+    /// fewer column blocks, so each packed panel of `a` sweeps more columns).
     fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
         let (mt, nt) = (m.div_ceil(tile.mr), n.div_ceil(tile.nr));
         let max_cols = (NC / tile.nr).max(1);
@@ -145,8 +181,8 @@ impl Plan {
             return best;
         }
         let mut best_cost = usize::MAX;
-        for rb in 1..=mt.min(8 * threads) {
-            for cb in nt.div_ceil(max_cols)..=nt.min(8 * threads) {
+        for cb in nt.div_ceil(max_cols)..=nt.min(8 * threads).max(nt.div_ceil(max_cols)) {
+            for rb in 1..=mt.min(8 * threads) {
                 let p = Plan { mt, nt, rows: mt.div_ceil(rb), cols: nt.div_ceil(cb) };
                 let cost = p.tasks().div_ceil(threads) * p.rows * p.cols;
                 if cost < best_cost || (cost == best_cost && p.tasks() < best.tasks()) {
@@ -171,10 +207,10 @@ impl Plan {
 }
 
 /// One `KC` step of the product: packed panels of `a` and the unpacked `b`.
-struct Step<'s> {
+struct Step<'s, B> {
     tile: Tile,
     a: &'s [f32],
-    b: &'s Mat<'s>,
+    b: &'s Mat<'s, B>,
     p0: usize,
     kc: usize,
     m: usize,
@@ -183,7 +219,7 @@ struct Step<'s> {
     add: bool,
 }
 
-impl Step<'_> {
+impl<B: Element> Step<'_, B> {
     /// Packs this block's columns of `b` and runs the tiles of rows × cols.
     ///
     /// # Safety
@@ -222,30 +258,63 @@ impl Step<'_> {
 
 /// Packs rows `r0..r0 + mr` of `a` (zeros past the last row) at steps `p0..p0 + kc` into
 /// `panel`, step-major: `panel[p·mr + r] = a[r0 + r, p0 + p]`.
-fn pack_a(a: &Mat, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) {
+fn pack_a<A: Element>(a: &Mat<A>, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) {
     let [rs, cs] = a.strides;
     let h = mr.min(a.rows - r0);
-    for (p, step) in panel.chunks_exact_mut(mr).enumerate() {
+    let kc = panel.len() / mr;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(data), true) = (A::as_f32(a.data), cs == 1 && h == mr && mr % 4 == 0) {
+        done = kc - kc % 4;
+        for quad in (0..mr).step_by(4) {
+            let row = |r: usize| &data[(r0 + quad + r) * rs + p0..][..done];
+            let rows = [row(0), row(1), row(2), row(3)];
+            for p in (0..done).step_by(4) {
+                transpose4(&rows, p, mr, &mut panel[p * mr + quad..]);
+            }
+        }
+    }
+    for (p, step) in panel.chunks_exact_mut(mr).enumerate().skip(done) {
         let base = r0 * rs + (p0 + p) * cs;
         for (r, v) in step[..h].iter_mut().enumerate() {
-            *v = a.data[base + r * rs];
+            *v = a.data[base + r * rs].f32();
         }
         step[h..].fill(0.0);
     }
 }
 
+/// Writes the 4 × 4 block `rows[r][p..p + 4]` transposed into `out` with row stride `mr`:
+/// `out[q·mr + r] = rows[r][p + q]`.
+#[cfg(target_arch = "x86_64")]
+fn transpose4(rows: &[&[f32]; 4], p: usize, mr: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let x: [&[f32]; 4] = [&rows[0][p..p + 4], &rows[1][p..p + 4], &rows[2][p..p + 4], &rows[3][p..p + 4]];
+    let y = &mut out[..3 * mr + 4];
+    // Safety: SSE is part of x86-64's baseline; each `x[r]` holds 4 floats and `y` holds the
+    // 4 floats at every `q·mr`, q < 4.
+    unsafe {
+        let (a, b, c, d) = (_mm_loadu_ps(x[0].as_ptr()), _mm_loadu_ps(x[1].as_ptr()), _mm_loadu_ps(x[2].as_ptr()), _mm_loadu_ps(x[3].as_ptr()));
+        let (ab_lo, cd_lo) = (_mm_unpacklo_ps(a, b), _mm_unpacklo_ps(c, d));
+        let (ab_hi, cd_hi) = (_mm_unpackhi_ps(a, b), _mm_unpackhi_ps(c, d));
+        let columns = [_mm_movelh_ps(ab_lo, cd_lo), _mm_movehl_ps(cd_lo, ab_lo), _mm_movelh_ps(ab_hi, cd_hi), _mm_movehl_ps(cd_hi, ab_hi)];
+        for (q, col) in columns.into_iter().enumerate() {
+            _mm_storeu_ps(y.as_mut_ptr().add(q * mr), col);
+        }
+    }
+}
+
 /// Packs columns `c0..c0 + nr` of `b` (zeros past the last column) at steps `p0..` into
 /// `panel`, step-major: `panel[p·nr + j] = b[p0 + p, c0 + j]`.
-fn pack_b(b: &Mat, p0: usize, c0: usize, nr: usize, panel: &mut [f32]) {
+fn pack_b<B: Element>(b: &Mat<B>, p0: usize, c0: usize, nr: usize, panel: &mut [f32]) {
     let [rs, cs] = b.strides;
     let w = nr.min(b.cols - c0);
     for (p, step) in panel.chunks_exact_mut(nr).enumerate() {
         let base = (p0 + p) * rs + c0 * cs;
         if cs == 1 {
-            step[..w].copy_from_slice(&b.data[base..base + w]);
+            step[..w].iter_mut().zip(&b.data[base..base + w]).for_each(|(v, &x)| *v = x.f32());
         } else {
             for (j, v) in step[..w].iter_mut().enumerate() {
-                *v = b.data[base + j * cs];
+                *v = b.data[base + j * cs].f32();
             }
         }
         step[w..].fill(0.0);

@@ -85,7 +85,7 @@ fn strided_and_offset_operands_accumulate_into_a_padded_output() {
                 for j in 0..n {
                     want[i * n + j] += start[1 + i * ldc + j] as f64;
                 }
-                for j in n..ldc.min(cbuf.len() - 1 - i * ldc) {
+                for j in n..ldc {
                     assert_eq!(cbuf[1 + i * ldc + j], start[1 + i * ldc + j], "{}: padding c[{i}, {j}] written", tile.name);
                 }
             }
@@ -98,11 +98,12 @@ fn strided_and_offset_operands_accumulate_into_a_padded_output() {
 #[test]
 fn empty_inner_dimension_zeroes_or_keeps_the_output() {
     let (m, n) = (5, 9);
+    let empty: [f32; 0] = [];
     let mut c = random(m * n, 4);
     let keep = c.clone();
-    sgemm(Mat::row_major(&[], m, 0), Mat::row_major(&[], 0, n), MatMut::row_major(&mut c, m, n), true, true).unwrap();
+    sgemm(Mat::row_major(&empty, m, 0), Mat::row_major(&empty, 0, n), MatMut::row_major(&mut c, m, n), true, true).unwrap();
     assert_eq!(c, keep);
-    sgemm(Mat::row_major(&[], m, 0), Mat::row_major(&[], 0, n), MatMut::row_major(&mut c, m, n), false, true).unwrap();
+    sgemm(Mat::row_major(&empty, m, 0), Mat::row_major(&empty, 0, n), MatMut::row_major(&mut c, m, n), false, true).unwrap();
     assert!(c.iter().all(|&v| v == 0.0));
 }
 
@@ -156,4 +157,29 @@ fn gemm_slice_f32_reads_a_transposed_operand() {
     let mut want = reference(&Mat { data: &av, rows: m, cols: k, strides: [1, m] }, &Mat::row_major(&bv, k, n));
     want.iter_mut().zip(&start).for_each(|(w, &s)| *w += s as f64);
     check(&out, n, &want, m, n, k, "gemm_slice");
+}
+
+#[test]
+fn half_float_operands_are_widened_while_packed() {
+    use half::{bf16, f16};
+    let (m, k, n) = (30, 200, 50);
+    let (av, bv) = (random(m * k, 41), random(k * n, 42));
+    let a16: Vec<f16> = av.iter().map(|&x| f16::from_f32(x)).collect();
+    let bb16: Vec<bf16> = bv.iter().map(|&x| bf16::from_f32(x)).collect();
+    let (aw, bw): (Vec<f32>, Vec<f32>) = (a16.iter().map(|x| x.to_f32()).collect(), bb16.iter().map(|x| x.to_f32()).collect());
+    let want = reference(&Mat::row_major(&aw, m, k), &Mat::row_major(&bw, k, n));
+    // f32 × bf16 → f32: only the widening of b and f32 accumulation stand between the two.
+    let mut out = vec![0.0f32; m * n];
+    let dims = ([m, k], [k, n], [m, n]);
+    let ia = In { dtype: rlx_ir::DType::F32, dims: &dims.0, bytes: bytemuck::cast_slice(&aw) };
+    let ib = In { dtype: rlx_ir::DType::BF16, dims: &dims.1, bytes: bytemuck::cast_slice(&bb16) };
+    matmul(ia, ib, &mut Out { dtype: rlx_ir::DType::F32, dims: &dims.2, bytes: bytemuck::cast_slice_mut(&mut out) }).unwrap();
+    check(&out, n, &want, m, n, k, "f32 × bf16");
+    // f16 × bf16 → f16: the result is rounded once, to f16.
+    let mut out16 = vec![f16::ZERO; m * n];
+    let ia = In { dtype: rlx_ir::DType::F16, dims: &dims.0, bytes: bytemuck::cast_slice(&a16) };
+    matmul(ia, ib, &mut Out { dtype: rlx_ir::DType::F16, dims: &dims.2, bytes: bytemuck::cast_slice_mut(&mut out16) }).unwrap();
+    for (i, (g, w)) in out16.iter().zip(&want).enumerate() {
+        assert!((g.to_f64() - w).abs() <= w.abs() / 1024.0 + 1e-4, "f16 × bf16: c[{i}] = {g}, want {w}");
+    }
 }
