@@ -4,12 +4,16 @@
 For each thread count and round, every shape runs once in rlx (the bench binary
 `cargo bench -p rlx-cpu --bench gemm`, `--reps` timed calls after a warm-up) and then in
 NumPy (`np.matmul` into a preallocated output, OpenBLAS pinned to the same number of
-threads with threadpoolctl), alternating. Prints per shape and thread count the median over
+threads with threadpoolctl), alternating; after each NumPy run the script pauses (`--pause`)
+so that OpenBLAS's worker threads, which spin for a while after a call, are idle again before
+rlx runs on the same cores. Prints per shape and thread count the median over
 rounds of each side's median GFLOP/s (2*M*K*N flops per call) and the speed ratio
 rlx / OpenBLAS (above 1: rlx is faster).
 
 Usage: python3 tools/bench/gemm.py [--rounds 5] [--reps 20] [--threads 1 2] [--shape M,K,N ...]
-Needs numpy and threadpoolctl (e.g. /work/.anchors/venv/bin/python).
+                                  [--rlx-bin PATH]
+Needs numpy and threadpoolctl (e.g. /work/.anchors/venv/bin/python). `--rlx-bin` runs an
+already built bench binary (on a machine without the Rust toolchain) instead of building one.
 """
 
 import argparse
@@ -76,9 +80,11 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--shape", action="append", help="M,K,N (repeatable); default: the BENCHMARKS.md shapes")
+    ap.add_argument("--pause", type=float, default=0.5, help="seconds to wait after each NumPy run")
+    ap.add_argument("--rlx-bin", help="a built `gemm` bench binary (default: build it with cargo)")
     a = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in a.shape] if a.shape else SHAPES
-    exe = bench_binary()
+    exe = os.path.abspath(a.rlx_bin) if a.rlx_bin else bench_binary()
     blas = [(i["internal_api"], i["version"], i.get("architecture")) for i in threadpool_info() if i["user_api"] == "blas"]
     print("NumPy %s, BLAS %s; %d rounds x %d reps, medians" % (np.__version__, blas, a.rounds, a.reps))
     print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS |")
@@ -89,6 +95,7 @@ def main():
             for s in shapes:
                 runs[s][0].append(rlx_gflops(exe, s, threads, a.reps))
                 runs[s][1].append(numpy_gflops(s, threads, a.reps))
+                time.sleep(a.pause)
         for s in shapes:
             r, p = (statistics.median(x) for x in runs[s])
             print("| %d | %d | %d | %d | %.1f | %.1f | %.2f |" % (*s, threads, r, p, r / p), flush=True)
