@@ -6,7 +6,7 @@
 mod sgemm;
 mod tile;
 
-pub use sgemm::{sgemm, sgemm_with, Element, Mat, MatMut, PAR_FLOPS};
+pub use sgemm::{sgemm, sgemm_then, sgemm_with, Element, Epilogue, Mat, MatMut, PAR_FLOPS};
 pub use tile::Tile;
 
 use super::real::Real;

@@ -1,5 +1,6 @@
-//! rlx's f32 GEMM: `c (+)= a · b` over strided operands, packed and cache-blocked around the
-//! register tiles of [`tile`](super::tile).
+//! rlx's GEMM into f32: `c (+)= a · b` over strided f32, f16 or bf16 operands, packed (and
+//! widened) into panels and cache-blocked around the register tiles of [`tile`](super::tile),
+//! with an optional epilogue over each finished piece of `c`.
 //!
 //! Loop nest, per block of `KC` steps of the inner dimension: all of `a`'s rows are packed
 //! into `mr`-row panels (each `mr × kc`, small enough to stay in L1 while it sweeps a column
@@ -95,17 +96,37 @@ impl<'a> MatMut<'a> {
     }
 }
 
+/// Work on finished output while it is still in cache (a bias, an activation):
+/// `f(row, col0, values)` gets `c[row, col0 .. col0 + values.len()]` once the whole product
+/// is in it. The pieces never overlap, together cover `c`, and may come from several threads.
+pub type Epilogue<'e> = &'e (dyn Fn(usize, usize, &mut [f32]) + Sync);
+
 /// `c = a·b`, or `c += a·b` with `accumulate`: `a [m, k]`, `b [k, n]`, `c [m, n]`, each read
 /// or written through its strides (a transposed operand needs no copy); f16 and bf16
-/// operands are widened as they are packed, and accumulation is f32 in the order of `k`. With `parallel` a large product is split over the current rayon pool
-/// (callers already splitting work over threads pass `false`). Errors name the mismatch when
-/// the shapes disagree, a slice is too short for its geometry, or `c`'s rows overlap.
+/// operands are widened as they are packed, and accumulation is f32 in the order of `k`.
+/// With `parallel` a large product is split over the current rayon pool (callers already
+/// splitting work over threads pass `false`). Errors name the mismatch when the shapes
+/// disagree, a slice is too short for its geometry, or `c`'s row stride is below its width.
 pub fn sgemm<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
-    sgemm_with(Tile::best(), a, b, c, accumulate, parallel)
+    sgemm_with(Tile::best(), a, b, c, accumulate, parallel, None)
 }
 
-/// [`sgemm`] on a chosen register tile (tests run every tile the CPU has).
-pub fn sgemm_with<A: Element, B: Element>(tile: Tile, a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
+/// [`sgemm`], then `epilogue` over the output piece by piece as each is finished.
+pub fn sgemm_then<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool, epilogue: Epilogue) -> Result<(), String> {
+    sgemm_with(Tile::best(), a, b, c, accumulate, parallel, Some(epilogue))
+}
+
+/// [`sgemm`] on a chosen register tile (tests run every tile the CPU has), with an optional
+/// epilogue.
+pub fn sgemm_with<A: Element, B: Element>(
+    tile: Tile,
+    a: Mat<A>,
+    b: Mat<B>,
+    c: MatMut,
+    accumulate: bool,
+    parallel: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<(), String> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if b.rows != k || c.rows != m || c.cols != n {
         return Err(format!("sgemm: [{m}, {k}] × [{}, {n}] does not give [{}, {}]", b.rows, c.rows, c.cols));
@@ -120,8 +141,13 @@ pub fn sgemm_with<A: Element, B: Element>(tile: Tile, a: Mat<A>, b: Mat<B>, c: M
         return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
     }
     if k == 0 {
-        if !accumulate {
-            c.data.chunks_mut(c.ld).take(m).for_each(|row| row[..n].fill(0.0));
+        for (i, row) in c.data.chunks_mut(c.ld).take(m).enumerate() {
+            if !accumulate {
+                row[..n].fill(0.0);
+            }
+            if let Some(f) = epilogue {
+                f(i, 0, &mut row[..n]);
+            }
         }
         return Ok(());
     }
@@ -139,7 +165,8 @@ pub fn sgemm_with<A: Element, B: Element>(tile: Tile, a: Mat<A>, b: Mat<B>, c: M
             } else {
                 panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             }
-            let step = Step { tile, a: panels, b: &b, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0 };
+            let last = (p0 + kc == k).then_some(epilogue).flatten();
+            let step = Step { tile, a: panels, b: &b, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
             let task = |t: usize| {
                 // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
                 // addressed element (checked above) and overlaps neither operand (`&mut`).
@@ -217,6 +244,8 @@ struct Step<'s, B> {
     n: usize,
     ld: usize,
     add: bool,
+    /// Set on the last step only.
+    epilogue: Option<Epilogue<'s>>,
 }
 
 impl<B: Element> Step<'_, B> {
@@ -250,6 +279,11 @@ impl<B: Element> Step<'_, B> {
                             }
                         }
                     }
+                    if let Some(f) = self.epilogue {
+                        for r in 0..h {
+                            f(r0 + r, c0, std::slice::from_raw_parts_mut(c.add(r * self.ld), w));
+                        }
+                    }
                 }
             }
         });
@@ -261,19 +295,10 @@ impl<B: Element> Step<'_, B> {
 fn pack_a<A: Element>(a: &Mat<A>, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) {
     let [rs, cs] = a.strides;
     let h = mr.min(a.rows - r0);
-    let kc = panel.len() / mr;
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if let (Some(data), true) = (A::as_f32(a.data), cs == 1 && h == mr && mr % 4 == 0) {
-        done = kc - kc % 4;
-        for quad in (0..mr).step_by(4) {
-            let row = |r: usize| &data[(r0 + quad + r) * rs + p0..][..done];
-            let rows = [row(0), row(1), row(2), row(3)];
-            for p in (0..done).step_by(4) {
-                transpose4(&rows, p, mr, &mut panel[p * mr + quad..]);
-            }
-        }
-    }
+    let done = pack_a_transposed(a, r0, p0, mr, panel);
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for (p, step) in panel.chunks_exact_mut(mr).enumerate().skip(done) {
         let base = r0 * rs + (p0 + p) * cs;
         for (r, v) in step[..h].iter_mut().enumerate() {
@@ -281,6 +306,26 @@ fn pack_a<A: Element>(a: &Mat<A>, r0: usize, p0: usize, mr: usize, panel: &mut [
         }
         step[h..].fill(0.0);
     }
+}
+
+/// [`pack_a`]'s fast path for full panels of f32 rows: 4 × 4 blocks transposed in SSE
+/// registers. Returns how many steps it packed (a multiple of 4; none when it does not apply).
+#[cfg(target_arch = "x86_64")]
+fn pack_a_transposed<A: Element>(a: &Mat<A>, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) -> usize {
+    let Some(data) = A::as_f32(a.data) else { return 0 };
+    if a.strides[1] != 1 || !mr.is_multiple_of(4) || a.rows - r0 < mr {
+        return 0;
+    }
+    let kc = panel.len() / mr;
+    let done = kc - kc % 4;
+    for quad in (0..mr).step_by(4) {
+        let row = |r: usize| &data[(r0 + quad + r) * a.strides[0] + p0..][..done];
+        let rows = [row(0), row(1), row(2), row(3)];
+        for p in (0..done).step_by(4) {
+            transpose4(&rows, p, mr, &mut panel[p * mr + quad..]);
+        }
+    }
+    done
 }
 
 /// Writes the 4 × 4 block `rows[r][p..p + 4]` transposed into `out` with row stride `mr`:

@@ -56,7 +56,7 @@ fn every_tile_matches_f64_on_odd_sizes_at_one_and_two_threads() {
                     let (av, bv) = (random(m * k, (m * 31 + k) as u64), random(k * n, (k * 17 + n) as u64));
                     let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
                     let mut c = random(m * n, 3);
-                    sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true).unwrap();
+                    sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true, None).unwrap();
                     check(&c, n, &reference(&a, &b), m, n, k, &format!("{} on {threads} threads", tile.name));
                 }
             });
@@ -79,7 +79,7 @@ fn strided_and_offset_operands_accumulate_into_a_padded_output() {
             let start = random(1 + m * ldc, 13);
             let mut cbuf = start.clone();
             let c = MatMut { data: &mut cbuf[1..], rows: m, cols: n, ld: ldc };
-            pool(threads).install(|| sgemm_with(tile, a, b, c, true, true)).unwrap();
+            pool(threads).install(|| sgemm_with(tile, a, b, c, true, true, None)).unwrap();
             let mut want = reference(&a, &b);
             for i in 0..m {
                 for j in 0..n {
@@ -181,5 +181,22 @@ fn half_float_operands_are_widened_while_packed() {
     matmul(ia, ib, &mut Out { dtype: rlx_ir::DType::F16, dims: &dims.2, bytes: bytemuck::cast_slice_mut(&mut out16) }).unwrap();
     for (i, (g, w)) in out16.iter().zip(&want).enumerate() {
         assert!((g.to_f64() - w).abs() <= w.abs() / 1024.0 + 1e-4, "f16 × bf16: c[{i}] = {g}, want {w}");
+    }
+}
+
+#[test]
+fn epilogue_sees_each_finished_element_once() {
+    // k = 500 takes two packed steps: the bias and ReLU must follow the whole sum.
+    let (m, k, n) = (50, 500, 70);
+    let (av, bv, bias) = (random(m * k, 51), random(k * n, 52), random(n, 53));
+    let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
+    let want: Vec<f64> = reference(&a, &b).iter().enumerate().map(|(i, &x)| (x + bias[i % n] as f64).max(0.0)).collect();
+    let bias_relu = |_: usize, c0: usize, v: &mut [f32]| v.iter_mut().zip(&bias[c0..]).for_each(|(x, &b)| *x = (*x + b).max(0.0));
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            let mut c = vec![0.0f32; m * n];
+            pool(threads).install(|| sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true, Some(&bias_relu))).unwrap();
+            check(&c, n, &want, m, n, k, &format!("{} epilogue on {threads} threads", tile.name));
+        }
     }
 }
