@@ -1,6 +1,13 @@
-//! Matrix products (OPS.md §4): `MatMul` with NumPy batch broadcasting and `DotGeneral`,
-//! on the `gemm` crate's packed, cache-blocked kernels (f32, f64, c32); half floats and
-//! mixed float operands run through f32; integers use a wrapping i64-accumulating loop.
+//! Matrix products (OPS.md §4): `MatMul` with NumPy batch broadcasting and `DotGeneral`.
+//! f32, f16 and bf16 (in any mix) run on rlx's own packed, cache-blocked [`sgemm`], half
+//! floats widened as they are packed and accumulated in f32; f64 and c32 on the `gemm` crate;
+//! integers on a wrapping i64-accumulating loop.
+
+mod sgemm;
+mod tile;
+
+pub use sgemm::{sgemm, sgemm_then, sgemm_with, Element, Epilogue, Mat, MatMut, PAR_FLOPS};
+pub use tile::Tile;
 
 use super::real::Real;
 use crate::view::{broadcast_strides, for_each_broadcast, strides, In, Out};
@@ -10,9 +17,6 @@ use num_complex::Complex32;
 use rayon::prelude::*;
 use rlx_ir::ops::matmul::DotGeneral;
 use rlx_ir::DType;
-
-/// Multiply-adds below which one product runs single-threaded.
-const PAR_FLOPS: usize = 1 << 18;
 
 /// Matrix offsets (in elements) of each batch entry: `(a, b, out)`.
 type Batches = Vec<(usize, usize, usize)>;
@@ -48,31 +52,15 @@ impl Gemm {
         Gemm { m, k, n, batches }
     }
 
-    fn run<T: Copy + Send + Sync + 'static>(&self, a: &[T], b: &[T], o: &mut [T], zero: T, one: T) {
-        let (m, k, n) = (self.m, self.k, self.n);
+    /// Runs `one(a_offset, b_offset, out, parallel)` for every batch entry: small products
+    /// side by side on the rayon pool, each on one thread; large ones in turn, each split
+    /// over the pool.
+    fn each<T: Send>(&self, o: &mut [T], one: impl Fn(usize, usize, &mut [T], bool) -> Result<(), String> + Sync) -> Result<(), String> {
+        let (m, n) = (self.m, self.n);
         if m * n == 0 {
-            return;
+            return Ok(());
         }
-        if k == 0 {
-            o.fill(zero);
-            return;
-        }
-        let flops = m * n * k;
-        let threads = rayon::current_num_threads();
-        let one_gemm = |ao: usize, bo: usize, out: &mut [T], par: Parallelism| {
-            // Safety: the slices hold the full `[m,k]`, `[k,n]` and `[m,n]` row-major matrices
-            // at these offsets (checked by inference), and `out` does not alias the operands.
-            unsafe {
-                gemm::gemm(
-                    m, n, k,
-                    out.as_mut_ptr(), 1, n as isize, false,
-                    a[ao..].as_ptr(), 1, k as isize,
-                    b[bo..].as_ptr(), 1, n as isize,
-                    zero, one, false, false, false, par,
-                )
-            }
-        };
-        if self.batches.len() >= threads && flops < PAR_FLOPS * 4 {
+        if self.batches.len() >= rayon::current_num_threads() && m * n * self.k < PAR_FLOPS * 4 {
             let mut outs: Vec<(usize, usize, &mut [T])> = Vec::with_capacity(self.batches.len());
             let mut rest = o;
             let mut at = 0;
@@ -85,13 +73,56 @@ impl Gemm {
                 rest = tail;
                 at = oo + m * n;
             }
-            outs.into_par_iter().for_each(|(ao, bo, out)| one_gemm(ao, bo, out, Parallelism::None));
+            outs.into_par_iter().try_for_each(|(ao, bo, out)| one(ao, bo, out, false))
         } else {
-            let par = if flops >= PAR_FLOPS && threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
-            for &(ao, bo, oo) in &self.batches {
-                one_gemm(ao, bo, &mut o[oo..oo + m * n], par);
-            }
+            self.batches.iter().try_for_each(|&(ao, bo, oo)| one(ao, bo, &mut o[oo..oo + m * n], true))
         }
+    }
+
+    /// Products into f32 on rlx's own [`sgemm`].
+    fn run_f32<A: Element, B: Element>(&self, a: &[A], b: &[B], o: &mut [f32]) -> Result<(), String> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        self.each(o, |ao, bo, out, parallel| {
+            let (a, b) = (Mat::row_major(&a[ao..], m, k), Mat::row_major(&b[bo..], k, n));
+            sgemm(a, b, MatMut::row_major(out, m, n), false, parallel)
+        })
+    }
+
+    /// A float product with `a` already typed: f16 and bf16 operands are widened while
+    /// packed, f64 mixed with a narrower float is widened to f32 first.
+    fn run_mixed<A: Element>(&self, a: &[A], b: In, o: &mut [f32]) -> Result<(), String> {
+        match b.dtype {
+            DType::F16 => self.run_f32(a, b.get::<f16>(), o),
+            DType::BF16 => self.run_f32(a, b.get::<bf16>(), o),
+            DType::F32 => self.run_f32(a, b.get::<f32>(), o),
+            _ => self.run_f32(a, &widen(b), o),
+        }
+    }
+
+    /// f64 and complex products on the `gemm` crate.
+    fn run<T: Copy + Send + Sync + 'static>(&self, a: &[T], b: &[T], o: &mut [T], zero: T, one: T) -> Result<(), String> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        if k == 0 {
+            o.fill(zero);
+            return Ok(());
+        }
+        let threads = rayon::current_num_threads();
+        let big = m * n * k >= PAR_FLOPS && threads > 1;
+        self.each(o, |ao, bo, out, parallel| {
+            let par = if parallel && big { Parallelism::Rayon(threads) } else { Parallelism::None };
+            // Safety: the slices hold the full `[m,k]`, `[k,n]` and `[m,n]` row-major matrices
+            // at these offsets (checked by inference), and `out` does not alias the operands.
+            unsafe {
+                gemm::gemm(
+                    m, n, k,
+                    out.as_mut_ptr(), 1, n as isize, false,
+                    a[ao..].as_ptr(), 1, k as isize,
+                    b[bo..].as_ptr(), 1, n as isize,
+                    zero, one, false, false, false, par,
+                )
+            }
+            Ok(())
+        })
     }
 
     /// Integer products: exact i64 accumulation, wrapped to the element type.
@@ -113,16 +144,20 @@ impl Gemm {
 
     fn dispatch(&self, a: In, b: In, out: &mut Out) -> Result<(), String> {
         match (a.dtype, b.dtype) {
-            (DType::F32, DType::F32) => self.run(a.get::<f32>(), b.get::<f32>(), out.get::<f32>(), 0.0, 1.0),
-            (DType::F64, DType::F64) => self.run(a.get::<f64>(), b.get::<f64>(), out.get::<f64>(), 0.0, 1.0),
+            (DType::F32, DType::F32) => self.run_f32(a.get::<f32>(), b.get::<f32>(), out.get::<f32>())?,
+            (DType::F64, DType::F64) => self.run(a.get::<f64>(), b.get::<f64>(), out.get::<f64>(), 0.0, 1.0)?,
             (DType::C64, DType::C64) => {
                 let (z, o) = (Complex32::new(0.0, 0.0), Complex32::new(1.0, 0.0));
-                self.run(a.get::<Complex32>(), b.get::<Complex32>(), out.get::<Complex32>(), z, o)
+                self.run(a.get::<Complex32>(), b.get::<Complex32>(), out.get::<Complex32>(), z, o)?
             }
             (x, y) if x.is_float() && y.is_float() => {
-                let (fa, fb) = (widen(a), widen(b));
                 let mut fo = vec![0.0f32; out.numel()];
-                self.run(&fa, &fb, &mut fo, 0.0, 1.0);
+                match a.dtype {
+                    DType::F16 => self.run_mixed(a.get::<f16>(), b, &mut fo)?,
+                    DType::BF16 => self.run_mixed(a.get::<bf16>(), b, &mut fo)?,
+                    DType::F32 => self.run_mixed(a.get::<f32>(), b, &mut fo)?,
+                    _ => self.run_mixed(&widen(a), b, &mut fo)?,
+                }
                 narrow(&fo, out);
             }
             (x, _) if x.is_int() => {
@@ -238,8 +273,19 @@ pub fn gemm_slice<T: Real>(
     }
     assert!(a.len() > last(a_strides, m, k), "gemm_slice: a is too short for [{m}, {k}] at strides {a_strides:?}");
     assert!(b.len() > last(b_strides, k, n), "gemm_slice: b is too short for [{k}, {n}] at strides {b_strides:?}");
+    let outside_pool = rayon::current_thread_index().is_none();
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let (a, b) = (bytemuck::cast_slice::<T, f32>(a), bytemuck::cast_slice::<T, f32>(b));
+        let a = Mat { data: a, rows: m, cols: k, strides: a_strides };
+        let b = Mat { data: b, rows: k, cols: n, strides: b_strides };
+        let c = MatMut::row_major(bytemuck::cast_slice_mut::<T, f32>(&mut out[..m * n]), m, n);
+        if let Err(e) = sgemm(a, b, c, accumulate, outside_pool) {
+            panic!("gemm_slice: {e}");
+        }
+        return;
+    }
     let threads = rayon::current_num_threads();
-    let par = if m * n * k >= PAR_FLOPS && threads > 1 && rayon::current_thread_index().is_none() {
+    let par = if m * n * k >= PAR_FLOPS && threads > 1 && outside_pool {
         Parallelism::Rayon(threads)
     } else {
         Parallelism::None
@@ -256,3 +302,6 @@ pub fn gemm_slice<T: Real>(
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

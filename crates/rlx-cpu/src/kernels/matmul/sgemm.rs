@@ -1,0 +1,399 @@
+//! rlx's GEMM into f32: `c (+)= a · b` over strided f32, f16 or bf16 operands, packed (and
+//! widened) into panels and cache-blocked around the register tiles of [`tile`](super::tile),
+//! with an optional epilogue over each finished piece of `c`.
+//!
+//! Loop nest, per block of `KC` steps of the inner dimension: all of `a`'s rows are packed
+//! into `mr`-row panels (each `mr × kc`, small enough to stay in L1 while it sweeps a column
+//! block); then each task — a block of rows × at most `NC` columns — packs its columns of `b`
+//! into `nr`-column panels (a `kc × NC` block that stays in L2) and runs the tile kernel over
+//! its row panels × column panels. Tasks run on rayon when the product is large enough.
+
+use super::tile::{Tile, MAX_TILE};
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// Most steps of the inner dimension per packed block (an `mr × KC` panel of `a` stays in
+/// L1); the inner dimension is cut into equal blocks of at most this.
+const KC: usize = 384;
+/// Most columns of `b` one task packs (a `KC × NC` block of `b` stays in L2).
+const NC: usize = 512;
+/// Multiply-adds below which a product runs on one thread.
+pub const PAR_FLOPS: usize = 1 << 18;
+
+/// An operand element type: f32, or a half float widened to f32 while it is packed.
+pub trait Element: Copy + Send + Sync + 'static {
+    fn f32(self) -> f32;
+    /// The elements as f32 when they are f32 (for the transposing fast path).
+    fn as_f32(data: &[Self]) -> Option<&[f32]>;
+}
+
+impl Element for f32 {
+    fn f32(self) -> f32 {
+        self
+    }
+    fn as_f32(data: &[f32]) -> Option<&[f32]> {
+        Some(data)
+    }
+}
+
+impl Element for f16 {
+    fn f32(self) -> f32 {
+        self.to_f32()
+    }
+    fn as_f32(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+impl Element for bf16 {
+    fn f32(self) -> f32 {
+        self.to_f32()
+    }
+    fn as_f32(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// A read-only matrix: element `(i, j)` is `data[i·strides[0] + j·strides[1]]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Mat<'a, T = f32> {
+    pub data: &'a [T],
+    pub rows: usize,
+    pub cols: usize,
+    pub strides: [usize; 2],
+}
+
+/// A row-major f32 matrix to write: element `(i, j)` is `data[i·ld + j]`.
+#[derive(Debug)]
+pub struct MatMut<'a> {
+    pub data: &'a mut [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+}
+
+impl<'a, T> Mat<'a, T> {
+    /// A contiguous row-major `[rows, cols]` matrix.
+    pub fn row_major(data: &'a [T], rows: usize, cols: usize) -> Mat<'a, T> {
+        Mat { data, rows, cols, strides: [cols, 1] }
+    }
+
+    /// Index one past the last element addressed (0 when empty).
+    fn span(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.strides[0] + (self.cols - 1) * self.strides[1] + 1
+        }
+    }
+}
+
+impl<'a> MatMut<'a> {
+    /// A contiguous row-major `[rows, cols]` matrix.
+    pub fn row_major(data: &'a mut [f32], rows: usize, cols: usize) -> MatMut<'a> {
+        MatMut { data, rows, cols, ld: cols }
+    }
+}
+
+/// Work on finished output while it is still in cache (a bias, an activation):
+/// `f(row, col0, values)` gets `c[row, col0 .. col0 + values.len()]` once the whole product
+/// is in it. The pieces never overlap, together cover `c`, and may come from several threads.
+pub type Epilogue<'e> = &'e (dyn Fn(usize, usize, &mut [f32]) + Sync);
+
+/// `c = a·b`, or `c += a·b` with `accumulate`: `a [m, k]`, `b [k, n]`, `c [m, n]`, each read
+/// or written through its strides (a transposed operand needs no copy); f16 and bf16
+/// operands are widened as they are packed, and accumulation is f32 in the order of `k`.
+/// With `parallel` a large product is split over the current rayon pool (callers already
+/// splitting work over threads pass `false`). Errors name the mismatch when the shapes
+/// disagree, a slice is too short for its geometry, or `c`'s row stride is below its width.
+pub fn sgemm<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
+    sgemm_with(Tile::best(), a, b, c, accumulate, parallel, None)
+}
+
+/// [`sgemm`], then `epilogue` over the output piece by piece as each is finished.
+pub fn sgemm_then<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool, epilogue: Epilogue) -> Result<(), String> {
+    sgemm_with(Tile::best(), a, b, c, accumulate, parallel, Some(epilogue))
+}
+
+/// [`sgemm`] on a chosen register tile (tests run every tile the CPU has), with an optional
+/// epilogue.
+pub fn sgemm_with<A: Element, B: Element>(
+    tile: Tile,
+    a: Mat<A>,
+    b: Mat<B>,
+    c: MatMut,
+    accumulate: bool,
+    parallel: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<(), String> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if b.rows != k || c.rows != m || c.cols != n {
+        return Err(format!("sgemm: [{m}, {k}] × [{}, {n}] does not give [{}, {}]", b.rows, c.rows, c.cols));
+    }
+    if a.data.len() < a.span() || b.data.len() < b.span() {
+        return Err(format!("sgemm: operand slices of {} and {} elements are too short for their strides", a.data.len(), b.data.len()));
+    }
+    if m * n == 0 {
+        return Ok(());
+    }
+    if c.ld < n || c.data.len() < (m - 1) * c.ld + n {
+        return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
+    }
+    if k == 0 {
+        for (i, row) in c.data.chunks_mut(c.ld).take(m).enumerate() {
+            if !accumulate {
+                row[..n].fill(0.0);
+            }
+            if let Some(f) = epilogue {
+                f(i, 0, &mut row[..n]);
+            }
+        }
+        return Ok(());
+    }
+    let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
+    let plan = Plan::new(tile, m, n, threads);
+    let out = OutPtr(c.data.as_mut_ptr());
+    let block = k.div_ceil(k.div_ceil(KC));
+    with_buffer(&PACKED_A, m.div_ceil(tile.mr) * tile.mr * block, |packed_a| {
+        for p0 in (0..k).step_by(block) {
+            let kc = block.min(k - p0);
+            let panels = &mut packed_a[..m.div_ceil(tile.mr) * tile.mr * kc];
+            let pack = |(i, panel): (usize, &mut [f32])| pack_a(&a, i * tile.mr, p0, tile.mr, panel);
+            if threads > 1 {
+                panels.par_chunks_mut(tile.mr * kc).enumerate().for_each(pack);
+            } else {
+                panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
+            }
+            let last = (p0 + kc == k).then_some(epilogue).flatten();
+            let step = Step { tile, a: panels, b: &b, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
+            let task = |t: usize| {
+                // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
+                // addressed element (checked above) and overlaps neither operand (`&mut`).
+                unsafe { step.run(plan.block(t), &out) }
+            };
+            if threads > 1 {
+                (0..plan.tasks()).into_par_iter().for_each(task);
+            } else {
+                (0..plan.tasks()).for_each(task);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The output's base pointer, shared by tasks that write disjoint blocks.
+struct OutPtr(*mut f32);
+// Safety: tasks only write disjoint tiles through it (see `sgemm_with`).
+unsafe impl Sync for OutPtr {}
+
+/// How the output is split into tasks: row blocks of `rows` tiles × column blocks of `cols`
+/// tiles, column blocks outermost.
+struct Plan {
+    mt: usize,
+    nt: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl Plan {
+    /// One row block and `NC`-wide column blocks on one thread; on several, the split whose
+    /// busiest thread has the fewest tiles (ties: fewer tasks, since each packs its own `b`; then
+    /// fewer column blocks, so each packed panel of `a` sweeps more columns).
+    fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
+        let (mt, nt) = (m.div_ceil(tile.mr), n.div_ceil(tile.nr));
+        let max_cols = (NC / tile.nr).max(1);
+        let mut best = Plan { mt, nt, rows: mt, cols: nt.min(max_cols) };
+        if threads == 1 {
+            return best;
+        }
+        let mut best_cost = usize::MAX;
+        for cb in nt.div_ceil(max_cols)..=nt.min(8 * threads).max(nt.div_ceil(max_cols)) {
+            for rb in 1..=mt.min(8 * threads) {
+                let p = Plan { mt, nt, rows: mt.div_ceil(rb), cols: nt.div_ceil(cb) };
+                let cost = p.tasks().div_ceil(threads) * p.rows * p.cols;
+                if cost < best_cost || (cost == best_cost && p.tasks() < best.tasks()) {
+                    best_cost = cost;
+                    best = p;
+                }
+            }
+        }
+        best
+    }
+
+    fn tasks(&self) -> usize {
+        self.mt.div_ceil(self.rows) * self.nt.div_ceil(self.cols)
+    }
+
+    /// Tile ranges `(rows, cols)` of task `t`.
+    fn block(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let rb = self.mt.div_ceil(self.rows);
+        let (r, c) = (t % rb, t / rb);
+        (r * self.rows..((r + 1) * self.rows).min(self.mt), c * self.cols..((c + 1) * self.cols).min(self.nt))
+    }
+}
+
+/// One `KC` step of the product: packed panels of `a` and the unpacked `b`.
+struct Step<'s, B> {
+    tile: Tile,
+    a: &'s [f32],
+    b: &'s Mat<'s, B>,
+    p0: usize,
+    kc: usize,
+    m: usize,
+    n: usize,
+    ld: usize,
+    add: bool,
+    /// Set on the last step only.
+    epilogue: Option<Epilogue<'s>>,
+}
+
+impl<B: Element> Step<'_, B> {
+    /// Packs this block's columns of `b` and runs the tiles of rows × cols.
+    ///
+    /// # Safety
+    /// `out` addresses an `m × n` matrix of row stride `ld` that no other thread touches
+    /// inside this block.
+    unsafe fn run(&self, (rows, cols): (std::ops::Range<usize>, std::ops::Range<usize>), out: &OutPtr) {
+        let Tile { mr, nr, .. } = self.tile;
+        let (kc, panel_a, panel_b) = (self.kc, mr * self.kc, nr * self.kc);
+        with_buffer(&PACKED_B, cols.len() * panel_b, |packed_b| {
+            for (j, panel) in cols.clone().zip(packed_b.chunks_exact_mut(panel_b)) {
+                pack_b(self.b, self.p0, j * nr, nr, panel);
+            }
+            let mut scratch = [0.0f32; MAX_TILE];
+            for i in rows {
+                let a = self.a[i * panel_a..].as_ptr();
+                let (r0, h) = (i * mr, mr.min(self.m - i * mr));
+                for (j, b) in cols.clone().zip(packed_b.chunks_exact(panel_b)) {
+                    let (c0, w) = (j * nr, nr.min(self.n - j * nr));
+                    let c = out.0.add(r0 * self.ld + c0);
+                    if h == mr && w == nr {
+                        self.tile.run(kc, a, b.as_ptr(), c, self.ld, self.add);
+                    } else {
+                        self.tile.run(kc, a, b.as_ptr(), scratch.as_mut_ptr(), nr, false);
+                        for (r, part) in scratch.chunks_exact(nr).take(h).enumerate() {
+                            let row = std::slice::from_raw_parts_mut(c.add(r * self.ld), w);
+                            for (o, &v) in row.iter_mut().zip(part) {
+                                *o = if self.add { *o + v } else { v };
+                            }
+                        }
+                    }
+                    if let Some(f) = self.epilogue {
+                        for r in 0..h {
+                            f(r0 + r, c0, std::slice::from_raw_parts_mut(c.add(r * self.ld), w));
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Packs rows `r0..r0 + mr` of `a` (zeros past the last row) at steps `p0..p0 + kc` into
+/// `panel`, step-major: `panel[p·mr + r] = a[r0 + r, p0 + p]`.
+fn pack_a<A: Element>(a: &Mat<A>, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) {
+    let [rs, cs] = a.strides;
+    let h = mr.min(a.rows - r0);
+    #[cfg(target_arch = "x86_64")]
+    let done = pack_a_transposed(a, r0, p0, mr, panel);
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    for (p, step) in panel.chunks_exact_mut(mr).enumerate().skip(done) {
+        let base = r0 * rs + (p0 + p) * cs;
+        for (r, v) in step[..h].iter_mut().enumerate() {
+            *v = a.data[base + r * rs].f32();
+        }
+        step[h..].fill(0.0);
+    }
+}
+
+/// [`pack_a`]'s fast path for full panels of f32 rows: 4 × 4 blocks transposed in SSE
+/// registers. Returns how many steps it packed (a multiple of 4; none when it does not apply).
+#[cfg(target_arch = "x86_64")]
+fn pack_a_transposed<A: Element>(a: &Mat<A>, r0: usize, p0: usize, mr: usize, panel: &mut [f32]) -> usize {
+    let Some(data) = A::as_f32(a.data) else { return 0 };
+    if a.strides[1] != 1 || !mr.is_multiple_of(4) || a.rows - r0 < mr {
+        return 0;
+    }
+    let kc = panel.len() / mr;
+    let done = kc - kc % 4;
+    for quad in (0..mr).step_by(4) {
+        let row = |r: usize| &data[(r0 + quad + r) * a.strides[0] + p0..][..done];
+        let rows = [row(0), row(1), row(2), row(3)];
+        for p in (0..done).step_by(4) {
+            transpose4(&rows, p, mr, &mut panel[p * mr + quad..]);
+        }
+    }
+    done
+}
+
+/// Writes the 4 × 4 block `rows[r][p..p + 4]` transposed into `out` with row stride `mr`:
+/// `out[q·mr + r] = rows[r][p + q]`.
+#[cfg(target_arch = "x86_64")]
+fn transpose4(rows: &[&[f32]; 4], p: usize, mr: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let x: [&[f32]; 4] = [&rows[0][p..p + 4], &rows[1][p..p + 4], &rows[2][p..p + 4], &rows[3][p..p + 4]];
+    let y = &mut out[..3 * mr + 4];
+    // Safety: SSE is part of x86-64's baseline; each `x[r]` holds 4 floats and `y` holds the
+    // 4 floats at every `q·mr`, q < 4.
+    unsafe {
+        let (a, b, c, d) = (_mm_loadu_ps(x[0].as_ptr()), _mm_loadu_ps(x[1].as_ptr()), _mm_loadu_ps(x[2].as_ptr()), _mm_loadu_ps(x[3].as_ptr()));
+        let (ab_lo, cd_lo) = (_mm_unpacklo_ps(a, b), _mm_unpacklo_ps(c, d));
+        let (ab_hi, cd_hi) = (_mm_unpackhi_ps(a, b), _mm_unpackhi_ps(c, d));
+        let columns = [_mm_movelh_ps(ab_lo, cd_lo), _mm_movehl_ps(cd_lo, ab_lo), _mm_movelh_ps(ab_hi, cd_hi), _mm_movehl_ps(cd_hi, ab_hi)];
+        for (q, col) in columns.into_iter().enumerate() {
+            _mm_storeu_ps(y.as_mut_ptr().add(q * mr), col);
+        }
+    }
+}
+
+/// Packs columns `c0..c0 + nr` of `b` (zeros past the last column) at steps `p0..` into
+/// `panel`, step-major: `panel[p·nr + j] = b[p0 + p, c0 + j]`.
+fn pack_b<B: Element>(b: &Mat<B>, p0: usize, c0: usize, nr: usize, panel: &mut [f32]) {
+    let [rs, cs] = b.strides;
+    let w = nr.min(b.cols - c0);
+    for (p, step) in panel.chunks_exact_mut(nr).enumerate() {
+        let base = (p0 + p) * rs + c0 * cs;
+        if cs == 1 {
+            step[..w].iter_mut().zip(&b.data[base..base + w]).for_each(|(v, &x)| *v = x.f32());
+        } else {
+            for (j, v) in step[..w].iter_mut().enumerate() {
+                *v = b.data[base + j * cs].f32();
+            }
+        }
+        step[w..].fill(0.0);
+    }
+}
+
+thread_local! {
+    /// Packed panels of `a`, kept per thread across calls (no page faults per call).
+    static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Packed panels of `b`, kept per thread across calls.
+    static PACKED_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Calls `f` with `len` floats of a 64-byte-aligned scratch buffer from `key`; when that
+/// buffer is in use further up this thread's stack (rayon ran a nested product while
+/// waiting), a fresh one.
+fn with_buffer<R>(key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    const ALIGN: usize = 16;
+    let aligned = |v: &mut Vec<f32>| -> std::ops::Range<usize> {
+        if v.len() < len + ALIGN {
+            v.resize(len + ALIGN, 0.0);
+        }
+        let at = v.as_ptr().align_offset(64).min(ALIGN);
+        at..at + len
+    };
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            let range = aligned(&mut v);
+            f(&mut v[range])
+        }
+        Err(_) => {
+            let mut v = Vec::new();
+            let range = aligned(&mut v);
+            f(&mut v[range])
+        }
+    })
+}

@@ -1,0 +1,202 @@
+//! `sgemm` on every register tile this CPU has, against a float64 triple loop written here.
+
+use super::*;
+use crate::view::{In, Out};
+
+/// Uniform values in [-1, 1) from a seeded xorshift stream.
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// `a·b` in float64, reading both through their strides.
+fn reference(a: &Mat, b: &Mat) -> Vec<f64> {
+    let at = |x: &Mat, i: usize, j: usize| x.data[i * x.strides[0] + j * x.strides[1]] as f64;
+    let mut out = vec![0.0; a.rows * b.cols];
+    for i in 0..a.rows {
+        for j in 0..b.cols {
+            out[i * b.cols + j] = (0..a.cols).map(|p| at(a, i, p) * at(b, p, j)).sum();
+        }
+    }
+    out
+}
+
+/// Checks `got` (row stride `ld`) against `want` ([m, n]) within f32 accumulation error.
+fn check(got: &[f32], ld: usize, want: &[f64], m: usize, n: usize, k: usize, what: &str) {
+    let tol = 2e-6 * (k as f64 + 1.0);
+    for i in 0..m {
+        for j in 0..n {
+            let (g, w) = (got[i * ld + j] as f64, want[i * n + j]);
+            assert!((g - w).abs() <= tol, "{what}: c[{i}, {j}] = {g}, want {w} (m={m} k={k} n={n})");
+        }
+    }
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+}
+
+const DIMS: [usize; 4] = [1, 7, 63, 129];
+
+#[test]
+fn every_tile_matches_f64_on_odd_sizes_at_one_and_two_threads() {
+    let mut shapes: Vec<[usize; 3]> = DIMS.iter().flat_map(|&m| DIMS.iter().flat_map(move |&k| DIMS.iter().map(move |&n| [m, k, n]))).collect();
+    shapes.extend([[1000, 7, 63], [7, 1000, 129], [63, 129, 1000], [129, 1000, 7], [1000, 63, 1]]);
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            pool(threads).install(|| {
+                for &[m, k, n] in &shapes {
+                    let (av, bv) = (random(m * k, (m * 31 + k) as u64), random(k * n, (k * 17 + n) as u64));
+                    let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
+                    let mut c = random(m * n, 3);
+                    sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true, None).unwrap();
+                    check(&c, n, &reference(&a, &b), m, n, k, &format!("{} on {threads} threads", tile.name));
+                }
+            });
+        }
+    }
+}
+
+#[test]
+fn strided_and_offset_operands_accumulate_into_a_padded_output() {
+    let (m, k, n) = (37, 300, 45);
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            // `a` is stored transposed with a leading dim of m + 3, starting at an odd offset;
+            // `b` is row-major with a leading dim of n + 5, also at an odd offset.
+            let (lda, ldb, ldc) = (m + 3, n + 5, n + 7);
+            let abuf = random(1 + k * lda, 11);
+            let bbuf = random(3 + k * ldb, 12);
+            let a = Mat { data: &abuf[1..], rows: m, cols: k, strides: [1, lda] };
+            let b = Mat { data: &bbuf[3..], rows: k, cols: n, strides: [ldb, 1] };
+            let start = random(1 + m * ldc, 13);
+            let mut cbuf = start.clone();
+            let c = MatMut { data: &mut cbuf[1..], rows: m, cols: n, ld: ldc };
+            pool(threads).install(|| sgemm_with(tile, a, b, c, true, true, None)).unwrap();
+            let mut want = reference(&a, &b);
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] += start[1 + i * ldc + j] as f64;
+                }
+                for j in n..ldc {
+                    assert_eq!(cbuf[1 + i * ldc + j], start[1 + i * ldc + j], "{}: padding c[{i}, {j}] written", tile.name);
+                }
+            }
+            assert_eq!(cbuf[0], start[0], "{}: element before c written", tile.name);
+            check(&cbuf[1..], ldc, &want, m, n, k, tile.name);
+        }
+    }
+}
+
+#[test]
+fn empty_inner_dimension_zeroes_or_keeps_the_output() {
+    let (m, n) = (5, 9);
+    let empty: [f32; 0] = [];
+    let mut c = random(m * n, 4);
+    let keep = c.clone();
+    sgemm(Mat::row_major(&empty, m, 0), Mat::row_major(&empty, 0, n), MatMut::row_major(&mut c, m, n), true, true).unwrap();
+    assert_eq!(c, keep);
+    sgemm(Mat::row_major(&empty, m, 0), Mat::row_major(&empty, 0, n), MatMut::row_major(&mut c, m, n), false, true).unwrap();
+    assert!(c.iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn mismatched_or_short_operands_are_errors() {
+    let (a, b) = (random(6, 1), random(12, 2));
+    let mut c = vec![0.0; 8];
+    let e = sgemm(Mat::row_major(&a, 2, 3), Mat::row_major(&b, 4, 3), MatMut::row_major(&mut c, 2, 3), false, false);
+    assert!(e.unwrap_err().contains("[2, 3] × [4, 3]"));
+    let e = sgemm(Mat::row_major(&a, 2, 4), Mat::row_major(&b, 4, 2), MatMut::row_major(&mut c, 2, 2), false, false);
+    assert!(e.unwrap_err().contains("too short"));
+}
+
+/// Runs `MatMul` on f32 operands of the given dims.
+fn matmul_f32(a: &[f32], da: &[usize], b: &[f32], db: &[usize], dout: &[usize]) -> Vec<f32> {
+    let mut out = vec![0.0f32; dout.iter().product()];
+    let ia = In { dtype: rlx_ir::DType::F32, dims: da, bytes: bytemuck::cast_slice(a) };
+    let ib = In { dtype: rlx_ir::DType::F32, dims: db, bytes: bytemuck::cast_slice(b) };
+    let mut o = Out { dtype: rlx_ir::DType::F32, dims: dout, bytes: bytemuck::cast_slice_mut(&mut out) };
+    matmul(ia, ib, &mut o).unwrap();
+    out
+}
+
+#[test]
+fn batched_matmul_broadcasts_batch_dims_at_one_and_two_threads() {
+    let (m, k, n) = (9, 70, 33);
+    // a [2, 1, m, k] × b [3, k, n] → [2, 3, m, n]; b [k, n] folds the batch into m.
+    let av = random(2 * m * k, 21);
+    let bv = random(3 * k * n, 22);
+    for threads in [1, 2] {
+        let got = pool(threads).install(|| matmul_f32(&av, &[2, 1, m, k], &bv, &[3, k, n], &[2, 3, m, n]));
+        for (i, j) in (0..2).flat_map(|i| (0..3).map(move |j| (i, j))) {
+            let a = Mat::row_major(&av[i * m * k..], m, k);
+            let b = Mat::row_major(&bv[j * k * n..], k, n);
+            let at = (i * 3 + j) * m * n;
+            check(&got[at..at + m * n], n, &reference(&a, &b), m, n, k, &format!("batch ({i}, {j})"));
+        }
+        let folded = pool(threads).install(|| matmul_f32(&av, &[2, m, k], &bv[..k * n], &[k, n], &[2, m, n]));
+        let want = reference(&Mat::row_major(&av, 2 * m, k), &Mat::row_major(&bv, k, n));
+        check(&folded, n, &want, 2 * m, n, k, "folded batch");
+    }
+}
+
+#[test]
+fn gemm_slice_f32_reads_a_transposed_operand() {
+    let (m, k, n) = (20, 150, 40);
+    let (av, bv) = (random(k * m, 31), random(k * n, 32));
+    let mut out = random(m * n, 33);
+    let start = out.clone();
+    gemm_slice(m, k, n, &av, [1, m], &bv, [n, 1], &mut out, true);
+    let mut want = reference(&Mat { data: &av, rows: m, cols: k, strides: [1, m] }, &Mat::row_major(&bv, k, n));
+    want.iter_mut().zip(&start).for_each(|(w, &s)| *w += s as f64);
+    check(&out, n, &want, m, n, k, "gemm_slice");
+}
+
+#[test]
+fn half_float_operands_are_widened_while_packed() {
+    use half::{bf16, f16};
+    let (m, k, n) = (30, 200, 50);
+    let (av, bv) = (random(m * k, 41), random(k * n, 42));
+    let a16: Vec<f16> = av.iter().map(|&x| f16::from_f32(x)).collect();
+    let bb16: Vec<bf16> = bv.iter().map(|&x| bf16::from_f32(x)).collect();
+    let (aw, bw): (Vec<f32>, Vec<f32>) = (a16.iter().map(|x| x.to_f32()).collect(), bb16.iter().map(|x| x.to_f32()).collect());
+    let want = reference(&Mat::row_major(&aw, m, k), &Mat::row_major(&bw, k, n));
+    // f32 × bf16 → f32: only the widening of b and f32 accumulation stand between the two.
+    let mut out = vec![0.0f32; m * n];
+    let dims = ([m, k], [k, n], [m, n]);
+    let ia = In { dtype: rlx_ir::DType::F32, dims: &dims.0, bytes: bytemuck::cast_slice(&aw) };
+    let ib = In { dtype: rlx_ir::DType::BF16, dims: &dims.1, bytes: bytemuck::cast_slice(&bb16) };
+    matmul(ia, ib, &mut Out { dtype: rlx_ir::DType::F32, dims: &dims.2, bytes: bytemuck::cast_slice_mut(&mut out) }).unwrap();
+    check(&out, n, &want, m, n, k, "f32 × bf16");
+    // f16 × bf16 → f16: the result is rounded once, to f16.
+    let mut out16 = vec![f16::ZERO; m * n];
+    let ia = In { dtype: rlx_ir::DType::F16, dims: &dims.0, bytes: bytemuck::cast_slice(&a16) };
+    matmul(ia, ib, &mut Out { dtype: rlx_ir::DType::F16, dims: &dims.2, bytes: bytemuck::cast_slice_mut(&mut out16) }).unwrap();
+    for (i, (g, w)) in out16.iter().zip(&want).enumerate() {
+        assert!((g.to_f64() - w).abs() <= w.abs() / 1024.0 + 1e-4, "f16 × bf16: c[{i}] = {g}, want {w}");
+    }
+}
+
+#[test]
+fn epilogue_sees_each_finished_element_once() {
+    // k = 500 takes two packed steps: the bias and ReLU must follow the whole sum.
+    let (m, k, n) = (50, 500, 70);
+    let (av, bv, bias) = (random(m * k, 51), random(k * n, 52), random(n, 53));
+    let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
+    let want: Vec<f64> = reference(&a, &b).iter().enumerate().map(|(i, &x)| (x + bias[i % n] as f64).max(0.0)).collect();
+    let bias_relu = |_: usize, c0: usize, v: &mut [f32]| v.iter_mut().zip(&bias[c0..]).for_each(|(x, &b)| *x = (*x + b).max(0.0));
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            let mut c = vec![0.0f32; m * n];
+            pool(threads).install(|| sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true, Some(&bias_relu))).unwrap();
+            check(&c, n, &want, m, n, k, &format!("{} epilogue on {threads} threads", tile.name));
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Register tiles of the f32 GEMM: `c[MR × NR] (+)= a_panel · b_panel` over `kc` steps, the
+//! accumulators held in registers for the whole sweep. One portable kernel and, on x86-64,
+//! AVX2+FMA (6 × 16, twelve ymm accumulators) and AVX-512F (12 × 32, twenty-four zmm
+//! accumulators) kernels picked at run time.
+
+use std::sync::OnceLock;
+
+/// A micro-kernel and the tile it computes.
+///
+/// Contract of `kernel(kc, a, b, c, ldc, add)`: `a` holds `kc × mr` floats, step `p`'s column
+/// of the tile at `a[p·mr .. p·mr + mr]`; `b` holds `kc × nr` floats, step `p`'s row at
+/// `b[p·nr .. p·nr + nr]`; `c` addresses a full `mr × nr` row-major tile with row stride
+/// `ldc` that overlaps neither panel. With `add` the product is added to `c`, else it
+/// overwrites `c`. No alignment is required.
+#[derive(Clone, Copy)]
+pub struct Tile {
+    pub mr: usize,
+    pub nr: usize,
+    pub name: &'static str,
+    kernel: unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool),
+}
+
+/// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
+pub const MAX_TILE: usize = 12 * 32;
+
+impl Tile {
+    /// Runs the kernel on one tile.
+    ///
+    /// # Safety
+    /// The pointers must satisfy the contract on [`Tile`] for this tile's `mr` and `nr`, and the
+    /// kernel must be supported by the running CPU (true for every tile [`Tile::available`]
+    /// returns).
+    pub unsafe fn run(&self, kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+        (self.kernel)(kc, a, b, c, ldc, add)
+    }
+
+    /// The portable kernel (the reference the SIMD kernels are tested against).
+    pub fn portable() -> Tile {
+        Tile { mr: 4, nr: 8, name: "portable 4×8", kernel: portable::<4, 8> }
+    }
+
+    /// Every kernel this CPU can run, fastest first.
+    pub fn available() -> Vec<Tile> {
+        let mut tiles = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                tiles.push(Tile { mr: 12, nr: 32, name: "avx512 12×32", kernel: x86::avx512::<12> });
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                tiles.push(Tile { mr: 6, nr: 16, name: "avx2 6×16", kernel: x86::avx2::<6> });
+            }
+        }
+        tiles.push(Tile::portable());
+        tiles
+    }
+
+    /// The fastest kernel this CPU can run (detected once).
+    pub fn best() -> Tile {
+        static BEST: OnceLock<Tile> = OnceLock::new();
+        *BEST.get_or_init(|| Tile::available()[0])
+    }
+}
+
+/// Plain loops over an `MR × NR` accumulator array.
+unsafe fn portable<const MR: usize, const NR: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+    let a = std::slice::from_raw_parts(a, kc * MR);
+    let b = std::slice::from_raw_parts(b, kc * NR);
+    let mut acc = [[0.0f32; NR]; MR];
+    for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (row, &x) in acc.iter_mut().zip(ap) {
+            for (r, &y) in row.iter_mut().zip(bp) {
+                *r += x * y;
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let out = std::slice::from_raw_parts_mut(c.add(i * ldc), NR);
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = if add { *o + v } else { v };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `MR × 32` with two zmm accumulators per row; `a`'s values are broadcast from memory.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512<const MR: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            let (b0, b1) = (_mm512_loadu_ps(b), _mm512_loadu_ps(b.add(16)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(*a.add(i));
+                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+            }
+            a = a.add(MR);
+            b = b.add(32);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (h, &v) in row.iter().enumerate() {
+                let p = c.add(i * ldc + 16 * h);
+                _mm512_storeu_ps(p, if add { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v });
+            }
+        }
+    }
+
+    /// `MR × 16` with two ymm accumulators per row.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn avx2<const MR: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            let (b0, b1) = (_mm256_loadu_ps(b), _mm256_loadu_ps(b.add(8)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let x = _mm256_broadcast_ss(&*a.add(i));
+                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+            }
+            a = a.add(MR);
+            b = b.add(16);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (h, &v) in row.iter().enumerate() {
+                let p = c.add(i * ldc + 8 * h);
+                _mm256_storeu_ps(p, if add { _mm256_add_ps(_mm256_loadu_ps(p), v) } else { v });
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""f32 GEMM: rlx's MatMul kernel against NumPy's sgemm (OpenBLAS) in one run.
+
+For each thread count and round, every shape runs once in rlx (the bench binary
+`cargo bench -p rlx-cpu --bench gemm`, `--reps` timed calls after a warm-up) and then in
+NumPy (`np.matmul` into a preallocated output, OpenBLAS pinned to the same number of
+threads with threadpoolctl), alternating; after each NumPy run the script pauses (`--pause`)
+so that OpenBLAS's worker threads, which spin for a while after a call, are idle again before
+rlx runs on the same cores. Prints per shape and thread count the median over
+rounds of each side's median GFLOP/s (2*M*K*N flops per call) and the speed ratio
+rlx / OpenBLAS (above 1: rlx is faster).
+
+Usage: python3 tools/bench/gemm.py [--rounds 5] [--reps 20] [--threads 1 2] [--shape M,K,N ...]
+                                  [--rlx-bin PATH]
+Needs numpy and threadpoolctl (e.g. /work/.anchors/venv/bin/python). `--rlx-bin` runs an
+already built bench binary (on a machine without the Rust toolchain) instead of building one.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+SHAPES = [
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (128, 384, 384),
+    (128, 384, 1536),
+    (128, 1536, 384),
+    (4096, 384, 384),
+    (4096, 384, 1536),
+    (4096, 1536, 384),
+]
+
+
+def bench_binary():
+    """Builds the rlx bench binary and returns its path."""
+    cmd = ["cargo", "bench", "-q", "-p", "rlx-cpu", "--bench", "gemm", "--no-run", "--message-format=json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    for line in out.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg["target"]["name"] == "gemm" and msg.get("executable"):
+            return msg["executable"]
+    raise RuntimeError("cargo did not report the gemm bench executable")
+
+
+def rlx_gflops(exe, shape, threads, reps):
+    cmd = [exe, "--threads", str(threads), "--reps", str(reps), "--shape", ",".join(map(str, shape))]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["gflops"]
+
+
+def numpy_gflops(shape, threads, reps, warmup=3):
+    m, k, n = shape
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    c = np.empty((m, n), np.float32)
+    times = []
+    with threadpool_limits(limits=threads, user_api="blas"):
+        for i in range(warmup + reps):
+            t = time.perf_counter()
+            np.matmul(a, b, out=c)
+            if i >= warmup:
+                times.append(time.perf_counter() - t)
+    return 2 * m * k * n / statistics.median(times) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--shape", action="append", help="M,K,N (repeatable); default: the BENCHMARKS.md shapes")
+    ap.add_argument("--pause", type=float, default=0.5, help="seconds to wait after each NumPy run")
+    ap.add_argument("--rlx-bin", help="a built `gemm` bench binary (default: build it with cargo)")
+    a = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split(",")) for s in a.shape] if a.shape else SHAPES
+    exe = os.path.abspath(a.rlx_bin) if a.rlx_bin else bench_binary()
+    blas = [(i["internal_api"], i["version"], i.get("architecture")) for i in threadpool_info() if i["user_api"] == "blas"]
+    print("NumPy %s, BLAS %s; %d rounds x %d reps, medians" % (np.__version__, blas, a.rounds, a.reps))
+    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS |")
+    print("|---|---|---|---|---|---|---|")
+    for threads in a.threads:
+        runs = {s: ([], []) for s in shapes}
+        for _ in range(a.rounds):
+            for s in shapes:
+                runs[s][0].append(rlx_gflops(exe, s, threads, a.reps))
+                runs[s][1].append(numpy_gflops(s, threads, a.reps))
+                time.sleep(a.pause)
+        for s in shapes:
+            r, p = (statistics.median(x) for x in runs[s])
+            print("| %d | %d | %d | %d | %.1f | %.1f | %.2f |" % (*s, threads, r, p, r / p), flush=True)
+
+
+if __name__ == "__main__":
+    main()
