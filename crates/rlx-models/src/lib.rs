@@ -1,8 +1,13 @@
 //! Model builders: each returns an rlx [`rlx_ir::Graph`] with named parameters and says how
 //! to initialise them, so the same model serves inference, training and benchmarks.
 
+pub mod bpe;
 pub mod cnn;
+mod error;
 pub mod gpt;
+pub mod llama;
+
+pub use error::{ModelError, Result};
 
 use rlx_train::Init;
 
