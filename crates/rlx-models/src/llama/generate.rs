@@ -177,3 +177,70 @@ impl Rng {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Draw frequencies of `draws` samples.
+    fn frequencies(logits: &[f32], s: &Sampling, draws: usize) -> Vec<f64> {
+        let mut rng = Rng::new(s.seed);
+        let mut counts = vec![0usize; logits.len()];
+        for _ in 0..draws {
+            counts[sample(logits, s, &mut rng) as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / draws as f64).collect()
+    }
+
+    /// Every frequency within 4 standard errors of its probability.
+    fn assert_matches(freq: &[f64], probs: &[f64], draws: usize) {
+        for (i, (&f, &p)) in freq.iter().zip(probs).enumerate() {
+            let se = (p * (1.0 - p) / draws as f64).sqrt().max(1e-9);
+            assert!((f - p).abs() <= 4.0 * se + 1e-12, "token {i}: frequency {f} vs probability {p}");
+        }
+    }
+
+    #[test]
+    fn greedy_takes_the_first_largest() {
+        let logits = [0.5, 3.0, -1.0, 3.0];
+        assert_eq!(sample(&logits, &Sampling::GREEDY, &mut Rng::new(1)), 1);
+        assert_eq!(sample(&logits, &Sampling { temperature: 0.7, top_k: 1, top_p: 1.0, seed: 3 }, &mut Rng::new(3)), 1);
+    }
+
+    #[test]
+    fn temperature_and_top_k_follow_the_softmax() {
+        let logits = [1.0f32, 2.0, 0.5, -0.25, 1.5];
+        let draws = 40_000;
+        let t = 0.8;
+        let softmax = |keep: &[usize]| -> Vec<f64> {
+            let e: Vec<f64> = (0..logits.len()).map(|i| if keep.contains(&i) { (f64::from(logits[i]) / t).exp() } else { 0.0 }).collect();
+            let z: f64 = e.iter().sum();
+            e.iter().map(|v| v / z).collect()
+        };
+        let all = Sampling { temperature: t as f32, top_k: 0, top_p: 1.0, seed: 11 };
+        assert_matches(&frequencies(&logits, &all, draws), &softmax(&[0, 1, 2, 3, 4]), draws);
+        let top2 = Sampling { top_k: 2, ..all };
+        assert_matches(&frequencies(&logits, &top2, draws), &softmax(&[1, 4]), draws);
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_set_reaching_p() {
+        let probs = [0.5f64, 0.3, 0.15, 0.05];
+        let logits: Vec<f32> = probs.iter().map(|p| p.ln() as f32).collect();
+        let s = Sampling { temperature: 1.0, top_k: 0, top_p: 0.75, seed: 5 };
+        let draws = 40_000;
+        assert_matches(&frequencies(&logits, &s, draws), &[0.625, 0.375, 0.0, 0.0], draws);
+    }
+
+    #[test]
+    fn a_seed_gives_one_sequence() {
+        let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let s = Sampling { temperature: 1.2, top_k: 20, top_p: 0.9, seed: 42 };
+        let run = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..32).map(|_| sample(&logits, &s, &mut rng)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(42), run(42));
+        assert_ne!(run(42), run(43));
+    }
+}
