@@ -4,3 +4,4 @@
 pub mod demo;
 pub mod embed;
 pub mod onnx_run;
+pub mod generate;

@@ -37,6 +37,29 @@ enum Command {
     },
     /// Run an ONNX model on .npy inputs (the conformance runner's protocol), or --bench it.
     OnnxRun(rlx_cli::onnx_run::OnnxRunArgs),
+    /// Generate text with a GGUF Llama-family model (SmolLM2), streaming tokens as they come.
+    Generate {
+        /// The .gguf file.
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// The prompt, verbatim (`<|im_start|>`-style special tokens are recognised).
+        #[arg(long)]
+        prompt: String,
+        /// Most new tokens.
+        #[arg(short = 'n', long, default_value_t = 64)]
+        n: usize,
+        /// 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Keep the k most likely tokens (0: all).
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        /// Keep the most likely tokens up to this probability mass.
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -70,6 +93,12 @@ fn main() {
         },
         Command::Embed { model, json, texts } => rlx_cli::embed::run(&model, &texts, json).map_err(Into::into),
         Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
+        Command::Generate { model, prompt, n, temperature, top_k, top_p, seed } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
+            model,
+            prompt,
+            n,
+            sampling: rlx::models::llama::Sampling { temperature, top_k, top_p, seed },
+        }),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())

@@ -4,6 +4,34 @@ use crate::kernels::{attention, conv, elementwise, fused, index, linalg, matmul,
 use crate::view::{In, Out};
 use rlx_ir::Op;
 
+/// Whether `op` has a kernel that updates its first operand in place when that operand is
+/// graph state (a parameter): [`run_in_place`] runs it.
+pub fn updates_state(op: &Op) -> bool {
+    matches!(op, Op::KvAppend(_))
+}
+
+/// Whether the output of such an update is the state itself (no copy): the run-time-position
+/// `KvAppend`, which returns the whole cache.
+pub fn output_is_state(op: &Op, inputs: usize) -> bool {
+    matches!(op, Op::KvAppend(_)) && inputs == 3
+}
+
+/// Runs an op of [`updates_state`] on the parameter `state` in place; `ins` are its other
+/// operands, `outs` its outputs (none when [`output_is_state`]).
+pub fn run_in_place(op: &Op, state: &mut Out, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
+    match op {
+        Op::KvAppend(a) => {
+            let at = shape::kv_position(a.pos, ins.get(1).copied())?;
+            shape::kv_write(a.axis, at, state.bytes, state.dims, ins[0])?;
+            match outs.first_mut() {
+                Some(out) => shape::slice(a.axis, 0, 1, state.as_in(), out),
+                None => Ok(()),
+            }
+        }
+        _ => Err(format!("{} has no in-place kernel", op.kind())),
+    }
+}
+
 /// Runs `op` on `ins`, writing `outs`. Shapes and dtypes were checked by inference; the
 /// kernel checks only what depends on data (indices, labels, matrix conditions).
 pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
@@ -38,6 +66,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Expand(_) => shape::expand(ins[0], out),
         Op::Reverse(a) => shape::reverse(&a.axes, ins[0], out),
         Op::Pad(a) => shape::pad(&a.pads, &a.mode, ins[0], out),
+        Op::KvAppend(a) => shape::kv_append(a.axis, shape::kv_position(a.pos, ins.get(2).copied())?, ins[0], ins[1], out),
         // index
         Op::Gather(a) => index::gather(a.axis, ins[0], ins[1], out),
         Op::GatherBackward(a) => index::gather_backward(a.axis, ins[0], ins[1], out),

@@ -1,5 +1,10 @@
 //! The CPU executable: per concrete input shape, a flat schedule of kernel calls over one
 //! arena planned by liveness; runs do no shape work and no arena allocation.
+//!
+//! Graph state: a node that updates its first operand in place (`dispatch::updates_state`,
+//! e.g. `KvAppend`) and gets a parameter there writes that parameter's buffer, so the update
+//! persists across runs like a training step's weights; when its output is the state itself
+//! (`dispatch::output_is_state`) consumers read the parameter directly, with no copy.
 
 use crate::dispatch;
 use crate::view::{In, Out};
@@ -17,12 +22,20 @@ enum Slot {
     Const(usize),
 }
 
+/// One kernel call: the node, and the parameter it updates in place (with that parameter's
+/// node, for its dims) when it writes graph state.
+#[derive(Clone, Copy)]
+struct Step {
+    node: NodeId,
+    state: Option<(usize, NodeId)>,
+}
+
 /// Everything one concrete set of input shapes needs.
 struct Plan {
     graph: Graph,
     /// Per node, per output: its slot and concrete dims.
     slots: Vec<Vec<(Slot, Vec<usize>)>>,
-    steps: Vec<NodeId>,
+    steps: Vec<Step>,
     inputs: Vec<NodeId>,
     consts: Vec<Tensor>,
     arena: Tensor,
@@ -62,6 +75,7 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     let mut param_index = 0;
     for id in graph.node_ids() {
         let node = graph.node(id);
+        let state = state_operand(&graph, &slots, id)?;
         let dims: Vec<Vec<usize>> = node
             .outputs
             .iter()
@@ -85,6 +99,9 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
                     consts.push(Tensor::from_bytes(c.ty.dtype, &d, &c.data)?);
                     Slot::Const(consts.len() - 1)
                 }
+                op if state.is_some() && dispatch::output_is_state(op, node.inputs.len()) => {
+                    Slot::Param(state.map_or(0, |(p, _)| p))
+                }
                 _ => {
                     let len = d.iter().product::<usize>() * ty.dtype.size();
                     // Inputs are copied in before the first step, so they are live from step 0.
@@ -101,7 +118,7 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
         match node.op {
             Op::Input(_) => input_nodes.push(id),
             Op::Param(_) | Op::Constant(_) => {}
-            _ => steps.push(id),
+            _ => steps.push(Step { node: id, state }),
         }
         for v in &node.inputs {
             if let Some(i) = interval_of[v.node.index()][v.output as usize] {
@@ -128,6 +145,24 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, arena })
 }
 
+/// The parameter node `id` updates in place: its first operand, when the op has a state kernel
+/// and that operand is a parameter no other operand of the node reads.
+fn state_operand(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], id: NodeId) -> Result<Option<(usize, NodeId)>> {
+    let node = g.node(id);
+    if !dispatch::updates_state(&node.op) {
+        return Ok(None);
+    }
+    let Some(first) = node.inputs.first() else { return Ok(None) };
+    let Slot::Param(p) = slots[first.node.index()][first.output as usize].0 else { return Ok(None) };
+    if node.inputs[1..].iter().any(|v| v.node == first.node) {
+        return Err(RuntimeError::Backend {
+            backend: "cpu".into(),
+            msg: format!("node %{} ({}) reads the state it updates as another operand", id.0, node.op.kind()),
+        });
+    }
+    Ok(Some((p, first.node)))
+}
+
 impl Plan {
     /// The bytes of a value. Safety: `base` is this plan's arena and nothing writes the
     /// value's bytes while the returned slice lives (the planner keeps live values apart).
@@ -139,7 +174,7 @@ impl Plan {
         }
     }
 
-    fn run(&mut self, params: &[Option<Tensor>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(&mut self, params: &mut [Option<Tensor>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let base = self.arena.bytes_mut().as_mut_ptr();
         for (id, t) in self.inputs.iter().zip(inputs) {
             if let (Slot::Arena { offset, len }, _) = self.slots[id.index()][0] {
@@ -147,32 +182,50 @@ impl Plan {
                 unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) }.copy_from_slice(t.bytes());
             }
         }
-        for &id in &self.steps {
+        for i in 0..self.steps.len() {
+            let step = self.steps[i];
+            let id = step.node;
             let node = self.graph.node(id);
-            let ins: Vec<In> = node
-                .inputs
+            // The updated state leaves `params` for the call, so no operand view can alias it.
+            let state = match step.state {
+                Some((p, _)) => Some(params[p].take().ok_or_else(|| RuntimeError::Backend {
+                    backend: "cpu".into(),
+                    msg: format!("node %{} ({}) updates parameter {p}, which is not set", id.0, node.op.kind()),
+                })?),
+                None => None,
+            };
+            let operands = if state.is_some() { &node.inputs[1..] } else { &node.inputs[..] };
+            let params_ro: &[Option<Tensor>] = params;
+            let ins: Vec<In> = operands
                 .iter()
                 .map(|v| {
                     let (slot, dims) = &self.slots[v.node.index()][v.output as usize];
                     let ty = self.graph.ty(*v);
                     // Safety: inputs are live at this step, so no output of it overlaps them.
-                    In { dtype: ty.dtype, dims, bytes: unsafe { self.bytes(params, base, *slot) } }
+                    In { dtype: ty.dtype, dims, bytes: unsafe { self.bytes(params_ro, base, *slot) } }
                 })
                 .collect();
             let mut outs: Vec<Out> = self.slots[id.index()]
                 .iter()
                 .zip(&node.outputs)
-                .map(|((slot, dims), ty)| {
-                    let Slot::Arena { offset, len } = *slot else { unreachable!("compute outputs live in the arena") };
+                .filter_map(|((slot, dims), ty)| {
+                    let Slot::Arena { offset, len } = *slot else { return None };
                     // Safety: each output has its own planned range, disjoint from live values.
-                    Out { dtype: ty.dtype, dims, bytes: unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) } }
+                    Some(Out { dtype: ty.dtype, dims, bytes: unsafe { std::slice::from_raw_parts_mut(base.add(offset), len) } })
                 })
                 .collect();
-            dispatch::run(&node.op, &ins, &mut outs).map_err(|msg| RuntimeError::Kernel {
-                op: node.op.kind().to_string(),
-                node: id.0,
-                msg,
-            })?;
+            let kernel_error = |msg| RuntimeError::Kernel { op: node.op.kind().to_string(), node: id.0, msg };
+            match (state, step.state) {
+                (Some(mut t), Some((p, param_node))) => {
+                    let dims = &self.slots[param_node.index()][0].1;
+                    let mut st = Out { dtype: t.dtype(), dims, bytes: t.bytes_mut() };
+                    let result = dispatch::run_in_place(&node.op, &mut st, &ins, &mut outs);
+                    drop(ins);
+                    params[p] = Some(t);
+                    result.map_err(kernel_error)?;
+                }
+                _ => dispatch::run(&node.op, &ins, &mut outs).map_err(kernel_error)?,
+            }
         }
         self.graph
             .outputs()
@@ -198,7 +251,7 @@ impl Executable for CpuExecutable {
     }
 
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
-        plan_for(&mut self.plans, &self.graph, inputs, bindings)?.run(&self.params, inputs)
+        plan_for(&mut self.plans, &self.graph, inputs, bindings)?.run(&mut self.params, inputs)
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {

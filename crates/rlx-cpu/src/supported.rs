@@ -34,6 +34,7 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         Expand,
         Reverse,
         Pad,
+        KvAppend,
         // index
         Gather,
         GatherBackward,

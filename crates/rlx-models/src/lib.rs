@@ -2,9 +2,14 @@
 //! to initialise them, so the same model serves inference, training and benchmarks.
 
 pub mod bert;
+pub mod bpe;
 pub mod cnn;
+mod error;
 pub mod gpt;
+pub mod llama;
 pub mod wordpiece;
+
+pub use error::{ModelError, Result};
 
 use rlx_train::Init;
 

@@ -244,6 +244,39 @@ pub fn concat(axis: usize, xs: &[In], out: &mut Out) -> Result<(), String> {
     Ok(())
 }
 
+/// `KvAppend`'s write position: the `at` input (`[1]` I64) when given, else the `pos` attribute.
+pub fn kv_position(pos: usize, at: Option<In>) -> Result<usize, String> {
+    let Some(at) = at else { return Ok(pos) };
+    let v = at.get::<i64>().first().copied().ok_or("the position input is empty")?;
+    usize::try_from(v).map_err(|_| format!("the cache position {v} is negative"))
+}
+
+/// Writes the steps of `rows` into `cache` (of `dims`) at `at..` along `axis`, in place.
+pub fn kv_write(axis: usize, at: usize, cache: &mut [u8], dims: &[usize], rows: In) -> Result<(), String> {
+    let (cap, steps) = (dims[axis], rows.dims[axis]);
+    if at + steps > cap {
+        return Err(format!("{steps} steps at position {at} overflow the cache capacity {cap} along axis {axis} of {dims:?}"));
+    }
+    let inner: usize = dims[axis + 1..].iter().product::<usize>() * rows.dtype.size();
+    let chunk = steps * inner;
+    if chunk == 0 {
+        return Ok(());
+    }
+    for (o, src) in rows.bytes.chunks_exact(chunk).enumerate() {
+        let dst = (o * cap + at) * inner;
+        cache[dst..dst + chunk].copy_from_slice(src);
+    }
+    Ok(())
+}
+
+/// `KvAppend` into its own output (the cache is not graph state): the first
+/// `out.dims[axis]` steps of `cache`, with `rows` written at `at`.
+pub fn kv_append(axis: usize, at: usize, cache: In, rows: In, out: &mut Out) -> Result<(), String> {
+    slice(axis, 0, 1, cache, out)?;
+    let dims = out.dims.to_vec();
+    kv_write(axis, at, out.bytes, &dims, rows)
+}
+
 /// The bytes of `v` as one element of `dtype` (floats round to nearest; the IR checked
 /// that integer and Bool fills are exact).
 pub fn scalar_bytes(v: f64, dtype: DType) -> Vec<u8> {

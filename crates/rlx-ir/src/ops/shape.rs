@@ -185,6 +185,11 @@ pub struct Pad {
 
 /// Writes `row` into `cache` at `pos` along `axis` in place and returns the prefix
 /// `cache[.., 0..pos+1, ..]`, a view aliasing the cache; inputs `(cache, row)`.
+///
+/// With a third input `at` (`[1]` I64, read at run time; `pos` must then be 0), `row` may
+/// hold several steps along `axis`, which go to `at..at + steps`, and the output is the whole
+/// cache: one compiled graph serves every position of a decode loop, and attention hides the
+/// slots not yet written with a mask.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KvAppend {
     pub axis: usize,
@@ -542,7 +547,7 @@ impl OpDef for Pad {
 
 impl OpDef for KvAppend {
     fn arity(&self) -> Arity {
-        Arity::Exact(2)
+        Arity::Between(2, 3)
     }
     fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let (cache, row) = (&inputs[0], &inputs[1]);
@@ -550,14 +555,28 @@ impl OpDef for KvAppend {
         if row.dtype != cache.dtype {
             return Err(format!("row {row} must have the dtype of the cache {cache}"));
         }
+        let dynamic = inputs.len() == 3;
         let fits = row.rank() == cache.rank()
             && (0..row.rank()).all(|a| {
                 if a == self.axis {
-                    row.shape.dim(a) == &Dim::Static(1)
+                    dynamic || row.shape.dim(a) == &Dim::Static(1)
                 } else {
                     row.shape.dim(a) == cache.shape.dim(a)
                 }
             });
+        if dynamic {
+            let at = &inputs[2];
+            if at.dtype != DType::I64 || at.shape != Shape(vec![Dim::Static(1)]) {
+                return Err(format!("the position input {at} must be i64[1]"));
+            }
+            if self.pos != 0 {
+                return Err(format!("pos {} must be 0 when the position is an input", self.pos));
+            }
+            if !fits {
+                return Err(format!("rows {} must match the cache {} except along axis {}", row.shape, cache.shape, self.axis));
+            }
+            return Ok(vec![cache.clone()]);
+        }
         if !fits {
             let mut want = cache.shape.clone();
             want.0[self.axis] = Dim::Static(1);
@@ -633,6 +652,12 @@ impl crate::Graph {
     /// Writes `row` into `cache` at `pos` along `axis` (in place); returns the filled prefix.
     pub fn kv_append(&mut self, cache: crate::ValueId, row: crate::ValueId, axis: usize, pos: usize) -> crate::Result<crate::ValueId> {
         self.add1(KvAppend { axis, pos }, &[cache, row])
+    }
+
+    /// Writes the steps `rows` into `cache` along `axis` at the run-time position `at`
+    /// (`[1]` I64), in place; returns the whole cache.
+    pub fn kv_append_at(&mut self, cache: crate::ValueId, rows: crate::ValueId, at: crate::ValueId, axis: usize) -> crate::Result<crate::ValueId> {
+        self.add1(KvAppend { axis, pos: 0 }, &[cache, rows, at])
     }
 }
 
@@ -756,6 +781,11 @@ mod tests {
         assert!(infer(kv.clone(), &["f16[B, 8, 128, 64]", "f32[B, 8, 1, 64]"]).unwrap_err().contains("dtype"));
         assert!(infer(kv.clone(), &["f16[B, 8, T, 64]", "f16[B, 8, 1, 64]"]).unwrap_err().contains("static"));
         assert!(infer(kv, &["f16[B, 8, 5, 64]", "f16[B, 8, 1, 64]"]).unwrap_err().contains("capacity 5"));
+        let at = KvAppend { axis: 2, pos: 0 };
+        assert_eq!(infer(at.clone(), &["f32[1, 8, 128, 64]", "f32[1, 8, S, 64]", "i64[1]"]).unwrap(), "f32[1, 8, 128, 64]");
+        assert!(infer(at.clone(), &["f32[1, 8, 128, 64]", "f32[1, 4, S, 64]", "i64[1]"]).unwrap_err().contains("except along axis 2"));
+        assert!(infer(at.clone(), &["f32[1, 8, 128, 64]", "f32[1, 8, S, 64]", "i32[1]"]).unwrap_err().contains("i64[1]"));
+        assert!(infer(KvAppend { axis: 2, pos: 3 }, &["f32[1, 8, 128, 64]", "f32[1, 8, 1, 64]", "i64[1]"]).unwrap_err().contains("must be 0"));
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub fn decompose(op: &Op, g: &mut Graph, x: &[ValueId]) -> Option<Result<Vec<Val
         Op::Slice(a) => slice(g, x[0], a),
         Op::Reverse(a) => reverse(g, x[0], &a.axes),
         Op::Pad(a) => pad(g, x[0], a),
+        Op::KvAppend(_) if x.len() == 3 => Err(IrError::Invalid(
+            "KvAppend with a run-time position has no functional form: the backend must claim it and write the cache in place".into(),
+        )),
         Op::KvAppend(a) => kv_append(g, x[0], x[1], a),
         _ => return None,
     };

@@ -15,6 +15,7 @@
 mod moe;
 mod rows;
 mod scaled;
+mod simd;
 mod weights;
 
 pub use moe::{dequant_grouped_matmul, dequant_grouped_matmul_mlx, dequant_moe_weights};
@@ -22,16 +23,26 @@ pub use scaled::{scaled_quant_scale, scaled_quantize};
 
 use crate::kernels::matmul::widen;
 use crate::view::{In, Out};
-use rlx_ir::ops::quant::DequantMatMul;
+use rlx_ir::ops::quant::{DequantMatMul, QuantScheme};
 use rlx_ir::DType;
 use rows::Rows;
 
 /// `x [.., m, k] · dequant(W) → [.., m, n]` F32 for every scheme whose weight decodes
 /// ([`weights::dequant_rows`]); `W` is `[n, k]` for GGUF and MLX schemes, `[k, n]` otherwise.
+///
+/// F32 activations times `Q4_0`, `Q4_1` or `Q8_0` weights take the AVX2 kernels of [`simd`]
+/// where the CPU has them.
 pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<(), String> {
     let x = ins[0];
     let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
     let w = weights::dequant_rows(&a.scheme, &ins[1..], n, k)?;
+    if let QuantScheme::Gguf(t) = a.scheme {
+        if x.dtype == DType::F32 && out.dtype == DType::F32 && simd::supports(t) && simd::available() {
+            need_len("x", x.numel(), out.numel() / n.max(1) * k)?;
+            simd::matmul(t, x.get::<f32>(), ins[1].bytes, n, k, out.get::<f32>());
+            return Ok(());
+        }
+    }
     times_rows(x, &*w, out)
 }
 

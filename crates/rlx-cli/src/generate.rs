@@ -1,0 +1,66 @@
+//! `rlx generate`: text from a GGUF Llama-family model, streamed as it is sampled, with the
+//! prefill and decode speeds.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rlx::models::llama::{GgufModel, Generator, Llama, Sampling};
+use rlx::{Device, Session};
+use std::error::Error;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// What to generate and how.
+pub struct GenerateOptions {
+    pub model: PathBuf,
+    /// Used verbatim; special-token texts such as `<|im_start|>` become their ids.
+    pub prompt: String,
+    /// Most new tokens (generation also stops at the end-of-sequence token).
+    pub n: usize,
+    pub sampling: Sampling,
+}
+
+pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
+    let bar = ProgressBar::new(0).with_style(ProgressStyle::with_template("loading {msg} {bar:30} {pos}/{len} tensors")?);
+    bar.set_message(o.model.display().to_string());
+    let file = GgufModel::open(&o.model, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    let prompt = file.tokenizer.encode(&o.prompt, true);
+    if prompt.is_empty() {
+        return Err("the prompt has no tokens".into());
+    }
+    let capacity = (prompt.len() + o.n).min(file.config.context.max(prompt.len() + 1));
+    let model = Llama::build(&file.config, &file.weights, capacity)?;
+    drop(file.weights);
+    let session = Session::new(Device::Cpu)?;
+    let mut gen = Generator::new(model, &session)?;
+    let tok = file.tokenizer;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut out = std::io::stdout();
+    print!("{}", o.prompt);
+    let (tokens, times) = gen.generate(&prompt, o.n, o.sampling, tok.eos, |t| {
+        pending.extend(tok.token_bytes(t, false));
+        let valid = match std::str::from_utf8(&pending) {
+            Ok(s) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        print!("{}", String::from_utf8_lossy(&pending[..valid]));
+        pending.drain(..valid);
+        let _ = out.flush();
+    })?;
+    println!("{}", String::from_utf8_lossy(&pending));
+    let prefill = times.prefill.as_secs_f64();
+    let decode: f64 = times.decode.iter().map(|d| d.as_secs_f64()).sum();
+    eprintln!(
+        "\nprefill: {} tokens in {:.3} s ({:.1} tok/s); decode: {} tokens in {:.3} s ({:.1} tok/s)",
+        times.prefill_tokens,
+        prefill,
+        times.prefill_tokens as f64 / prefill.max(1e-9),
+        times.decode.len(),
+        decode,
+        times.decode.len() as f64 / decode.max(1e-9),
+    );
+    eprintln!("generated {} tokens", tokens.len());
+    Ok(())
+}

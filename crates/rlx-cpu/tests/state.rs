@@ -1,0 +1,110 @@
+//! Graph state: a `KvAppend` whose cache is a parameter writes that parameter in place, so
+//! the cache persists across runs; checked against a cache kept by hand beside it.
+
+mod common;
+
+use common::{randn, session};
+use rlx_ir::ops::reduce::ReduceOp;
+use rlx_ir::{DType, Dim, Graph, Shape, TensorType};
+use rlx_runtime::{CompiledGraph, Tensor};
+
+/// Cache `[2, CAP, 3]` (heads, capacity, width) written along axis 1.
+const CAP: usize = 8;
+
+/// `out = KvAppend(cache, rows, at)` plus a sum over it, so a consumer reads the aliased state.
+fn dynamic_graph() -> CompiledGraph {
+    let mut g = Graph::new();
+    let cache = g.param("cache", TensorType::of(DType::F32, &[2, CAP, 3]));
+    let rows = g.input("rows", TensorType::new(DType::F32, Shape(vec![Dim::Static(2), Dim::sym("S"), Dim::Static(3)])));
+    let at = g.input("at", TensorType::of(DType::I64, &[1]));
+    let all = g.kv_append_at(cache, rows, at, 1).unwrap();
+    let total = g.reduce(ReduceOp::Sum, all, &[0, 1, 2], false).unwrap();
+    g.set_outputs(vec![all, total]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    c.set_param("cache", Tensor::zeros(DType::F32, &[2, CAP, 3])).unwrap();
+    c
+}
+
+/// Writes `rows [2, s, 3]` at `at` into the hand-kept cache.
+fn write_by_hand(cache: &mut [f32], rows: &[f32], at: usize) {
+    let s = rows.len() / 6;
+    for h in 0..2 {
+        for t in 0..s {
+            for w in 0..3 {
+                cache[(h * CAP + at + t) * 3 + w] = rows[(h * s + t) * 3 + w];
+            }
+        }
+    }
+}
+
+#[test]
+fn cache_parameter_persists_across_runs() {
+    let mut c = dynamic_graph();
+    let mut want = vec![0f32; 2 * CAP * 3];
+    for (step, (at, s)) in [(0, 3), (3, 1), (4, 2), (2, 1)].into_iter().enumerate() {
+        let rows = randn(6 * s, step as u64 + 1);
+        let rt = Tensor::from_vec(rows.clone(), &[2, s, 3]).unwrap();
+        let out = c.run(&[("rows", &rt), ("at", &Tensor::from_vec(vec![at as i64], &[1]).unwrap())]).unwrap();
+        write_by_hand(&mut want, &rows, at);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), want, "output after step {step}");
+        assert_eq!(c.param("cache").unwrap().to_vec::<f32>().unwrap(), want, "state after step {step}");
+        let sum: f64 = want.iter().map(|&v| f64::from(v)).sum();
+        assert!((f64::from(out[1].to_vec::<f32>().unwrap()[0]) - sum).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn writes_past_the_capacity_fail_and_leave_the_state() {
+    let mut c = dynamic_graph();
+    let ok = Tensor::from_vec(randn(6, 9), &[2, 1, 3]).unwrap();
+    c.run(&[("rows", &ok), ("at", &Tensor::from_vec(vec![0i64], &[1]).unwrap())]).unwrap();
+    let before = c.param("cache").unwrap().to_vec::<f32>().unwrap();
+    let two = Tensor::from_vec(randn(12, 4), &[2, 2, 3]).unwrap();
+    let err = c.run(&[("rows", &two), ("at", &Tensor::from_vec(vec![CAP as i64 - 1], &[1]).unwrap())]).unwrap_err().to_string();
+    assert!(err.contains("overflow the cache capacity 8"), "{err}");
+    let err = c.run(&[("rows", &ok), ("at", &Tensor::from_vec(vec![-1i64], &[1]).unwrap())]).unwrap_err().to_string();
+    assert!(err.contains("negative"), "{err}");
+    assert_eq!(c.param("cache").unwrap().to_vec::<f32>().unwrap(), before);
+}
+
+#[test]
+fn static_position_on_a_parameter_writes_it_and_returns_the_prefix() {
+    let mut g = Graph::new();
+    let cache = g.param("cache", TensorType::of(DType::F32, &[2, CAP, 3]));
+    let row = g.input("row", TensorType::of(DType::F32, &[2, 1, 3]));
+    let y = g.kv_append(cache, row, 1, 5).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let init = randn(2 * CAP * 3, 21);
+    c.set_param("cache", Tensor::from_vec(init.clone(), &[2, CAP, 3]).unwrap()).unwrap();
+    let rows = randn(6, 22);
+    let out = c.run(&[("row", &Tensor::from_vec(rows.clone(), &[2, 1, 3]).unwrap())]).unwrap();
+    let mut want = init;
+    write_by_hand(&mut want, &rows, 5);
+    assert_eq!(c.param("cache").unwrap().to_vec::<f32>().unwrap(), want);
+    let prefix: Vec<f32> = (0..2).flat_map(|h| want[h * CAP * 3..(h * CAP + 6) * 3].to_vec()).collect();
+    assert_eq!(out[0].shape(), &[2, 6, 3]);
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), prefix);
+}
+
+#[test]
+fn a_cache_that_is_an_input_is_not_written() {
+    let mut g = Graph::new();
+    let cache = g.input("cache", TensorType::of(DType::F32, &[2, CAP, 3]));
+    let rows = g.input("rows", TensorType::of(DType::F32, &[2, 2, 3]));
+    let at = g.input("at", TensorType::of(DType::I64, &[1]));
+    let y = g.kv_append_at(cache, rows, at, 1).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let init = randn(2 * CAP * 3, 31);
+    let rows_v = randn(12, 32);
+    let ct = Tensor::from_vec(init.clone(), &[2, CAP, 3]).unwrap();
+    let out = session()
+        .compile(&g)
+        .unwrap()
+        .run(&[("cache", &ct), ("rows", &Tensor::from_vec(rows_v.clone(), &[2, 2, 3]).unwrap()), ("at", &Tensor::from_vec(vec![6i64], &[1]).unwrap())])
+        .unwrap();
+    let mut want = init.clone();
+    write_by_hand(&mut want, &rows_v, 6);
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), want);
+    assert_eq!(ct.to_vec::<f32>().unwrap(), init);
+}

@@ -1,0 +1,246 @@
+//! Token generation: prefill the prompt in one run, then decode one token per run against the
+//! KV cache, sampling on the host.
+//!
+//! Sampling runs on the host, not as the IR's `Sample` op: that op's seed is an attribute, so
+//! every decode step of one compiled graph would draw the same uniform number; one host RNG
+//! stream across the steps needs no recompilation and reads only the `[vocab]` logits row.
+
+use super::Llama;
+use crate::error::{ModelError, Result};
+use rlx_runtime::{CompiledGraph, Session};
+use std::time::{Duration, Instant};
+
+/// How the next token is picked from the logits (OPS.md §12 `Sample` semantics).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0 (or `top_k == 1`) is greedy: the first largest logit.
+    pub temperature: f32,
+    /// Keep the `top_k` largest logits (ties at the cutoff survive); 0 keeps all.
+    pub top_k: usize,
+    /// Keep the smallest most-probable set reaching `top_p`; 1 keeps all.
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Sampling {
+    pub const GREEDY: Sampling = Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 };
+}
+
+/// Wall time of the prefill run and of each decode run.
+#[derive(Clone, Debug, Default)]
+pub struct StepTimes {
+    pub prefill: Duration,
+    pub prefill_tokens: usize,
+    pub decode: Vec<Duration>,
+}
+
+/// A compiled decoder and how far its KV cache is filled.
+pub struct Generator {
+    pub model: Llama,
+    compiled: CompiledGraph,
+    pos: usize,
+}
+
+impl Generator {
+    /// Compiles `model` on `session` with empty caches, moving its parameter values into the
+    /// compiled graph.
+    pub fn new(mut model: Llama, session: &Session) -> Result<Generator> {
+        let mut compiled = session.compile(&model.graph)?;
+        for (name, value) in std::mem::take(&mut model.params) {
+            compiled.set_param(&name, value)?;
+        }
+        Ok(Generator { model, compiled, pos: 0 })
+    }
+
+    /// Forgets the cached sequence (the mask hides old slots, so nothing is cleared).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Tokens cached so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Runs `tokens` after the cached ones and returns the logits of the last, `[vocab]`.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let inputs = self.model.step_inputs(tokens, self.pos, 1)?;
+        let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let out = self.compiled.run(&named)?;
+        self.pos += tokens.len();
+        let logits = out.into_iter().next().ok_or_else(|| ModelError::Generate("the graph returned no logits".into()))?;
+        Ok(logits.to_vec::<f32>()?)
+    }
+
+    /// Feeds `prompt`, then samples up to `n` tokens (stopping after `stop`), calling `on_token`
+    /// with each as it comes. Returns the new tokens and the time of each run.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        sampling: Sampling,
+        stop: Option<u32>,
+        mut on_token: impl FnMut(u32),
+    ) -> Result<(Vec<u32>, StepTimes)> {
+        let mut rng = Rng::new(sampling.seed);
+        let mut times = StepTimes { prefill_tokens: prompt.len(), ..StepTimes::default() };
+        let start = Instant::now();
+        let mut logits = self.feed(prompt)?;
+        times.prefill = start.elapsed();
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let tok = sample(&logits, &sampling, &mut rng);
+            out.push(tok);
+            on_token(tok);
+            if Some(tok) == stop || i + 1 == n {
+                break;
+            }
+            let start = Instant::now();
+            logits = self.feed(&[tok])?;
+            times.decode.push(start.elapsed());
+        }
+        Ok((out, times))
+    }
+}
+
+/// The index of the first largest value.
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Picks a token from `logits` as `Sample` does: temperature, top-k, softmax, top-p, one draw.
+pub fn sample(logits: &[f32], s: &Sampling, rng: &mut Rng) -> u32 {
+    if s.temperature <= 0.0 || s.top_k == 1 || logits.len() <= 1 {
+        return argmax(logits);
+    }
+    let t = f64::from(s.temperature.max(1e-6));
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    if s.top_k > 0 && s.top_k < order.len() {
+        let cut = logits[order[s.top_k - 1]];
+        order.retain(|&i| logits[i] >= cut);
+    }
+    let top = f64::from(logits[order[0]]) / t;
+    let mut probs: Vec<f64> = order.iter().map(|&i| (f64::from(logits[i]) / t - top).exp()).collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    if s.top_p < 1.0 {
+        let mut acc = 0.0;
+        let keep = probs
+            .iter()
+            .position(|&p| {
+                acc += p;
+                acc >= f64::from(s.top_p)
+            })
+            .map_or(probs.len(), |i| i + 1);
+        probs.truncate(keep);
+        order.truncate(keep);
+        let kept: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= kept);
+    }
+    let u = rng.uniform();
+    let mut acc = 0.0;
+    for (&i, &p) in order.iter().zip(&probs) {
+        acc += p;
+        if acc >= u {
+            return i as u32;
+        }
+    }
+    order[order.len() - 1] as u32
+}
+
+/// A small seeded generator (SplitMix64) for sampling.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` from the top 53 bits.
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Draw frequencies of `draws` samples.
+    fn frequencies(logits: &[f32], s: &Sampling, draws: usize) -> Vec<f64> {
+        let mut rng = Rng::new(s.seed);
+        let mut counts = vec![0usize; logits.len()];
+        for _ in 0..draws {
+            counts[sample(logits, s, &mut rng) as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / draws as f64).collect()
+    }
+
+    /// Every frequency within 4 standard errors of its probability.
+    fn assert_matches(freq: &[f64], probs: &[f64], draws: usize) {
+        for (i, (&f, &p)) in freq.iter().zip(probs).enumerate() {
+            let se = (p * (1.0 - p) / draws as f64).sqrt().max(1e-9);
+            assert!((f - p).abs() <= 4.0 * se + 1e-12, "token {i}: frequency {f} vs probability {p}");
+        }
+    }
+
+    #[test]
+    fn greedy_takes_the_first_largest() {
+        let logits = [0.5, 3.0, -1.0, 3.0];
+        assert_eq!(sample(&logits, &Sampling::GREEDY, &mut Rng::new(1)), 1);
+        assert_eq!(sample(&logits, &Sampling { temperature: 0.7, top_k: 1, top_p: 1.0, seed: 3 }, &mut Rng::new(3)), 1);
+    }
+
+    #[test]
+    fn temperature_and_top_k_follow_the_softmax() {
+        let logits = [1.0f32, 2.0, 0.5, -0.25, 1.5];
+        let draws = 40_000;
+        let t = 0.8;
+        let softmax = |keep: &[usize]| -> Vec<f64> {
+            let e: Vec<f64> = (0..logits.len()).map(|i| if keep.contains(&i) { (f64::from(logits[i]) / t).exp() } else { 0.0 }).collect();
+            let z: f64 = e.iter().sum();
+            e.iter().map(|v| v / z).collect()
+        };
+        let all = Sampling { temperature: t as f32, top_k: 0, top_p: 1.0, seed: 11 };
+        assert_matches(&frequencies(&logits, &all, draws), &softmax(&[0, 1, 2, 3, 4]), draws);
+        let top2 = Sampling { top_k: 2, ..all };
+        assert_matches(&frequencies(&logits, &top2, draws), &softmax(&[1, 4]), draws);
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_set_reaching_p() {
+        let probs = [0.5f64, 0.3, 0.15, 0.05];
+        let logits: Vec<f32> = probs.iter().map(|p| p.ln() as f32).collect();
+        let s = Sampling { temperature: 1.0, top_k: 0, top_p: 0.75, seed: 5 };
+        let draws = 40_000;
+        assert_matches(&frequencies(&logits, &s, draws), &[0.625, 0.375, 0.0, 0.0], draws);
+    }
+
+    #[test]
+    fn a_seed_gives_one_sequence() {
+        let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let s = Sampling { temperature: 1.2, top_k: 20, top_p: 0.9, seed: 42 };
+        let run = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..32).map(|_| sample(&logits, &s, &mut rng)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(42), run(42));
+        assert_ne!(run(42), run(43));
+    }
+}
