@@ -9,7 +9,7 @@
 
 /// `2/√π` times the Maclaurin coefficients of erf: `erf z = z·Σ c_k z^{2k}`.
 const SERIES: [f32; 6] = [
-    1.128_379_2,
+    std::f32::consts::FRAC_2_SQRT_PI,
     -0.376_126_4,
     0.112_837_92,
     -0.026_866_17,

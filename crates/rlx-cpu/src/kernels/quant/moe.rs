@@ -19,7 +19,7 @@ fn gguf_type(scheme: &QuantScheme) -> Result<GgufType, String> {
 
 /// How many slabs of `slab` bytes `len` bytes hold: an error unless a positive whole number.
 fn whole_slabs(len: usize, slab: usize, of: &str) -> Result<usize, String> {
-    if slab == 0 || len == 0 || len % slab != 0 {
+    if slab == 0 || len == 0 || !len.is_multiple_of(slab) {
         return Err(format!("the packed weight holds {len} bytes, not a whole number of {of} ({slab} bytes each)"));
     }
     Ok(len / slab)

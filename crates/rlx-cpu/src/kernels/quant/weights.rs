@@ -77,7 +77,7 @@ impl<'a> MlxAffine<'a> {
         (n, k): (usize, usize),
     ) -> Result<MlxAffine<'a>, String> {
         check_groups(k, group)?;
-        if (k * bits) % 8 != 0 {
+        if !(k * bits).is_multiple_of(8) {
             return Err(format!("k = {k} codes of {bits} bits do not fill whole bytes"));
         }
         need_len("the packed codes (bytes)", codes.len(), n * k * bits / 8)?;
@@ -89,7 +89,7 @@ impl<'a> MlxAffine<'a> {
 
 /// Checks that `k` splits into whole groups.
 fn check_groups(k: usize, group: usize) -> Result<(), String> {
-    if group == 0 || k % group != 0 {
+    if group == 0 || !k.is_multiple_of(group) {
         return Err(format!("k = {k} is not a multiple of the group size {group}"));
     }
     Ok(())
