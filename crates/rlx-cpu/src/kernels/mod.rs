@@ -5,29 +5,21 @@ pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod fused;
-pub mod matmul;
 pub mod index;
 pub mod linalg;
-pub mod shape;
+pub mod matmul;
 pub mod norm;
-pub mod real;
-// reduce
-pub mod reduce;
-// softmax
-pub mod softmax;
-// random
-pub mod random;
-// rnn, ssm
-pub mod rnn;
-pub mod ssm;
-// signal
-pub mod signal;
-// spd
-pub mod spd;
-// quant
 pub mod quant;
-// splat
+pub mod random;
+pub mod real;
+pub mod reduce;
+pub mod rnn;
+pub mod shape;
+pub mod signal;
+pub mod softmax;
+pub mod spd;
 pub mod splat;
+pub mod ssm;
 
 use rayon::prelude::*;
 use rlx_ir::DType;
