@@ -8,6 +8,8 @@
 use super::Llama;
 use crate::error::{ModelError, Result};
 use rlx_runtime::{CompiledGraph, Session};
+/// The seeded SplitMix64 stream sampling draws from (the one parameter initialisers use).
+pub use rlx_train::init::Rng;
 use std::time::{Duration, Instant};
 
 /// How the next token is picked from the logits (OPS.md §12 `Sample` semantics).
@@ -153,29 +155,6 @@ pub fn sample(logits: &[f32], s: &Sampling, rng: &mut Rng) -> u32 {
         }
     }
     order[order.len() - 1] as u32
-}
-
-/// A small seeded generator (SplitMix64) for sampling.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)` from the top 53 bits.
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 #[cfg(test)]
