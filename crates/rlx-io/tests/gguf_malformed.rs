@@ -2,39 +2,10 @@
 //! single allocation made while opening them exceeds 1 MiB (a global allocator records the
 //! largest request per thread), however large the counts and sizes the file claims.
 
+mod common;
+
 use rlx_io::{GgufFile, IoError};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::PathBuf;
-use std::cell::Cell;
-
-struct Counting;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-const MIB: usize = 1 << 20;
+use common::{largest_allocation, write, MIB};
 
 /// A GGUF file under construction.
 #[derive(Clone)]
@@ -71,19 +42,9 @@ impl G {
     }
 }
 
-fn write(tag: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rlx-io-gguf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{tag}.gguf"));
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
 fn open(tag: &str, g: &G) -> Result<GgufFile, IoError> {
-    let path = write(tag, &g.0);
-    LARGEST.with(|l| l.set(0));
-    let r = GgufFile::open(&path);
-    let largest = LARGEST.with(Cell::get);
+    let path = write(tag, "gguf", &g.0);
+    let (r, largest) = largest_allocation(|| GgufFile::open(&path));
     std::fs::remove_file(path).unwrap();
     assert!(largest < MIB, "{tag}: an allocation of {largest} bytes");
     r

@@ -2,40 +2,11 @@
 //! and the field, node or tensor at fault, never a panic, and no single allocation made while
 //! importing exceeds 1 MiB however large the dims and counts the file claims.
 
+mod common;
+
 use rlx_io::onnx::{import, ImportOptions};
 use rlx_io::IoError;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::path::PathBuf;
-
-struct Counting;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-const MIB: usize = 1 << 20;
+use common::{largest_allocation, write, MIB};
 
 /// Protobuf encoding, just enough to write ONNX messages.
 mod pb {
@@ -101,20 +72,10 @@ fn valid() -> Vec<u8> {
     model(&[node("Relu", &["x"], &["y"]), value_info(11, "x", &[2, 3]), value_info(12, "y", &[2, 3])])
 }
 
-fn write(tag: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rlx-io-onnx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{tag}.onnx"));
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
 /// Imports `bytes`, checking that no allocation exceeded 1 MiB.
 fn load(tag: &str, bytes: &[u8]) -> Result<rlx_io::onnx::OnnxGraph, IoError> {
-    let path = write(tag, bytes);
-    LARGEST.with(|l| l.set(0));
-    let r = import(&path, &ImportOptions::default());
-    let largest = LARGEST.with(Cell::get);
+    let path = write(tag, "onnx", bytes);
+    let (r, largest) = largest_allocation(|| import(&path, &ImportOptions::default()));
     assert!(largest <= MIB, "{tag}: an allocation of {largest} bytes");
     r
 }
