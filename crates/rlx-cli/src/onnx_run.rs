@@ -8,7 +8,7 @@
 use clap::Args;
 use rlx_io::onnx::{self, ImportOptions, OnnxGraph, TensorData};
 use rlx_io::IoError;
-use rlx::{DType, Device, Session, Tensor};
+use rlx::{CompiledGraph, DType, Device, Session, Tensor};
 use std::collections::HashMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -129,8 +129,9 @@ fn import_for(model: &Path, inputs: &[(String, TensorData)]) -> Result<OnnxGraph
     }
 }
 
-/// Compiles the imported graph for the CPU and runs it once.
-fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)]) -> Result<Vec<Tensor>, Failure> {
+/// Compiles the imported graph for the CPU with its parameters set, and the given inputs
+/// that the graph takes, as tensors.
+fn prepare(imported: &OnnxGraph, inputs: &[(String, TensorData)]) -> Result<(CompiledGraph, Vec<(String, Tensor)>), Failure> {
     let mut compiled = Session::new(Device::Cpu)?.compile(&imported.graph).map_err(|e| {
         let message = e.to_string();
         Failure { unsupported: message.contains("no kernel") || message.contains("missing"), message }
@@ -138,13 +139,23 @@ fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)]) -> Result<Vec<
     for (name, value) in &imported.params {
         compiled.set_param(name, value.clone())?;
     }
-    let tensors: Vec<(String, Tensor)> = inputs
+    let tensors = inputs
         .iter()
         .filter(|(n, _)| imported.inputs.iter().any(|(i, _)| i == n))
         .map(|(n, t)| Ok((n.clone(), Tensor::from_bytes(t.dtype, &t.dims, &t.bytes)?)))
         .collect::<Result<_, Failure>>()?;
-    let named: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    Ok(compiled.run(&named)?)
+    Ok((compiled, tensors))
+}
+
+/// The graph's inputs by name, as `CompiledGraph::run` takes them.
+fn named(tensors: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
+    tensors.iter().map(|(n, t)| (n.as_str(), t)).collect()
+}
+
+/// Compiles the imported graph for the CPU and runs it once.
+fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)]) -> Result<Vec<Tensor>, Failure> {
+    let (mut compiled, tensors) = prepare(imported, inputs)?;
+    Ok(compiled.run(&named(&tensors))?)
 }
 
 /// The rlx dtype of a manifest's `onnx_dtype`.
@@ -189,19 +200,10 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
     }
     let imported = import_for(&args.model, &inputs)?;
     let start = Instant::now();
-    execute(&imported, &inputs)?;
-    let first = start.elapsed();
-    let mut compiled = Session::new(Device::Cpu)?.compile(&imported.graph)?;
-    for (name, value) in &imported.params {
-        compiled.set_param(name, value.clone())?;
-    }
-    let tensors: Vec<(String, Tensor)> = inputs
-        .iter()
-        .filter(|(n, _)| imported.inputs.iter().any(|(i, _)| i == n))
-        .map(|(n, t)| Ok((n.clone(), Tensor::from_bytes(t.dtype, &t.dims, &t.bytes)?)))
-        .collect::<Result<_, Failure>>()?;
-    let named: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let (mut compiled, tensors) = prepare(&imported, &inputs)?;
+    let named = named(&tensors);
     compiled.run(&named)?;
+    let first = start.elapsed();
     let mut times = Vec::with_capacity(args.runs);
     for _ in 0..args.runs.max(1) {
         let t = Instant::now();
