@@ -4,8 +4,8 @@
 //! Layouts (per tensor, see [`Heads`]): rank 4 is head-major `[B, H, S, D]`, rank 3 is
 //! `[B, S, H·D]` with head `h` at columns `[h·D, (h+1)·D)`, rank 2 is `[S, H·D]` (`B = 1`).
 //! F32 and F64 compute in their own precision (F16/BF16 go through F32, as OPS.md computes
-//! scores and softmax in F32). The kernels do their own dot products; nothing here calls the
-//! matmul kernels.
+//! scores and softmax in F32). F32 scores and weighted sums are GEMM tiles (`tiled.rs`); F64
+//! keeps scalar dot products.
 //!
 //! Masking: `Causal` and `SlidingWindow(w)` align the queries with the last keys
 //! (`abs_q = S_k − S_q + qi`); `Custom` keeps keys whose mask value is ≥ 0.5 (Bool: true);
@@ -16,6 +16,7 @@
 
 mod backward;
 mod rope;
+mod tiled;
 
 pub use backward::*;
 pub use rope::*;
@@ -26,6 +27,7 @@ use super::by_float;
 use crate::view::{broadcast_strides, In, Out};
 use rayon::prelude::*;
 use rlx_ir::ops::attention::{Attention, MaskKind};
+use rlx_ir::DType;
 
 /// Queries per task of the forward kernel.
 const Q_BLOCK: usize = 16;
@@ -274,15 +276,21 @@ fn head_block<T: Real>(
     out
 }
 
-/// The forward kernel over typed slices.
-fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
-    let (lq, lk, lv) = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, a.num_heads), Heads::of(ins[2].dims, a.num_heads));
-    let lo = Heads::of(out.dims, a.num_heads);
-    let (bsz, heads, s_q, s_k) = (lq.batch, a.num_heads, lq.seq, lk.seq);
-    let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), bsz, heads, s_q, s_k);
+/// The operand layouts `(q, k, v, out)`, masking and logit transform of one node.
+fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Heads, Heads, Heads), Masking<T>, Logits<T>) {
+    let layouts = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, a.num_heads), Heads::of(ins[2].dims, a.num_heads), Heads::of(out_dims, a.num_heads));
+    let (lq, lk) = (layouts.0, layouts.1);
+    let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), lq.batch, a.num_heads, lq.seq, lk.seq);
     // The default scale in f64 (`Attention::scale` rounds it to f32).
     let scale = a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from);
     let logits = Logits { scale: T::of(scale), softcap: a.attn_logit_softcap.map(|c| T::of(c as f64)) };
+    (layouts, mask, logits)
+}
+
+/// The scalar forward kernel over typed slices (f64; f32 runs on GEMM tiles in `tiled.rs`).
+fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
+    let ((lq, lk, lv, lo), mask, logits) = setup::<T>(a, ins, out.dims);
+    let (bsz, heads, s_q, s_k) = (lq.batch, a.num_heads, lq.seq, lk.seq);
     let (xq, xk, xv) = (ins[0].get::<T>(), ins[1].get::<T>(), ins[2].get::<T>());
     let (d, dv) = (lq.width, lv.width);
     let tasks: Vec<(usize, usize)> = (0..bsz * heads).map(|bh| (bh / heads, bh % heads)).collect();
@@ -313,8 +321,15 @@ fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
 /// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`; any of the three
 /// layouts, `S_k ≠ S_q`, `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
 /// softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads × query blocks.
+/// F32 (and the half floats, widened) runs on GEMM tiles, F64 on scalar dot products.
 pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
-    through_f32(ins, outs, |ins, outs| by_float!(ins[0].dtype, T => forward::<T>(a, ins, &mut outs[0])))
+    through_f32(ins, outs, |ins, outs| match ins[0].dtype {
+        DType::F32 => {
+            let (layouts, mask, logits) = setup::<f32>(a, ins, outs[0].dims);
+            tiled::forward(layouts, (ins[0].get(), ins[1].get(), ins[2].get()), logits, &mask, &mut outs[0])
+        }
+        _ => by_float!(ins[0].dtype, T => forward::<T>(a, ins, &mut outs[0])),
+    })
 }
 
 #[cfg(test)]
@@ -402,5 +417,69 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The node run once in f64 and once in f32 (the tiled path), with an optional mask/bias.
+    fn both(a: &Attention, qkv: [(&[usize], u64); 3], extra: Option<(&[usize], Vec<f64>)>) -> (Vec<f64>, Vec<f32>) {
+        let data64: Vec<Vec<f64>> = qkv.iter().map(|(d, seed)| data(d.iter().product(), *seed)).collect();
+        let data32: Vec<Vec<f32>> = data64.iter().map(|v| v.iter().map(|&x| x as f32).collect()).collect();
+        let extra32: Option<Vec<f32>> = extra.as_ref().map(|(_, v)| v.iter().map(|&x| x as f32).collect());
+        let out_dims: Vec<usize> = {
+            let mut d = qkv[0].0.to_vec();
+            let last = d.len() - 1;
+            d[last] = d[last] / a.head_dim * a.v_head_dim.unwrap_or(a.head_dim);
+            d
+        };
+        let n: usize = out_dims.iter().product();
+        let mut y64 = vec![0f64; n];
+        let mut y32 = vec![0f32; n];
+        let mut ins64: Vec<In> = (0..3).map(|i| In { dtype: DType::F64, dims: qkv[i].0, bytes: bytemuck::cast_slice(&data64[i]) }).collect();
+        let mut ins32: Vec<In> = (0..3).map(|i| In { dtype: DType::F32, dims: qkv[i].0, bytes: bytemuck::cast_slice(&data32[i]) }).collect();
+        if let (Some((dims, v)), Some(v32)) = (&extra, &extra32) {
+            ins64.push(In { dtype: DType::F64, dims, bytes: bytemuck::cast_slice(v) });
+            ins32.push(In { dtype: DType::F32, dims, bytes: bytemuck::cast_slice(v32) });
+        }
+        attention(a, &ins64, &mut [Out { dtype: DType::F64, dims: &out_dims, bytes: bytemuck::cast_slice_mut(&mut y64) }]).unwrap();
+        attention(a, &ins32, &mut [Out { dtype: DType::F32, dims: &out_dims, bytes: bytemuck::cast_slice_mut(&mut y32) }]).unwrap();
+        (y64, y32)
+    }
+
+    fn assert_f32_close(y64: &[f64], y32: &[f32], what: &str) {
+        for (i, (w, g)) in y64.iter().zip(y32).enumerate() {
+            assert!((*g as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()), "{what}[{i}]: f32 {g} vs f64 {w}");
+        }
+    }
+
+    #[test]
+    fn f32_tiles_match_the_f64_kernel_on_odd_sizes_and_every_mask() {
+        // 129 queries and 257 keys cross the query-block and key-tile edges; d = 7, dv = 5.
+        let (b, h, sq, sk, d, dv) = (2, 3, 129, 257, 7, 5);
+        let (q4, k4, v4) = ([b, h, sq, d], [b, h, sk, d], [b, h, sk, dv]);
+        let with_dv = |kind| Attention { v_head_dim: Some(dv), ..Attention::new(h, d, kind) };
+        for kind in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(33)] {
+            let (y64, y32) = both(&with_dv(kind), [(&q4, 1), (&k4, 2), (&v4, 3)], None);
+            assert_f32_close(&y64, &y32, &format!("{kind:?}"));
+        }
+        let softcapped = Attention { score_scale: Some(0.9), attn_logit_softcap: Some(2.5), ..with_dv(MaskKind::Causal) };
+        let (y64, y32) = both(&softcapped, [(&q4, 4), (&k4, 5), (&v4, 6)], None);
+        assert_f32_close(&y64, &y32, "softcap");
+        // Custom: batch item 1 keeps no key at all (the mean-of-V fallback).
+        let keep: Vec<f64> = (0..b * sk).map(|i| if i >= sk { 0.0 } else { (i % 3 != 0) as u8 as f64 }).collect();
+        let (y64, y32) = both(&with_dv(MaskKind::Custom), [(&q4, 7), (&k4, 8), (&v4, 9)], Some((&[b, sk], keep)));
+        assert_f32_close(&y64, &y32, "custom");
+        let bias = data(h * sq * sk, 10);
+        let (y64, y32) = both(&with_dv(MaskKind::Bias), [(&q4, 11), (&k4, 12), (&v4, 13)], Some((&[1, h, sq, sk], bias)));
+        assert_f32_close(&y64, &y32, "bias");
+    }
+
+    #[test]
+    fn f32_tiles_read_row_major_and_unbatched_layouts() {
+        let (b, s, h, d) = (2, 70, 4, 16);
+        let dims3 = [b, s, h * d];
+        let (y64, y32) = both(&Attention::new(h, d, MaskKind::Causal), [(&dims3, 1), (&dims3, 2), (&dims3, 3)], None);
+        assert_f32_close(&y64, &y32, "[B, S, H·D]");
+        let (dq, dk) = ([1, h * d], [s, h * d]);
+        let (y64, y32) = both(&Attention::new(h, d, MaskKind::Causal), [(&dq, 4), (&dk, 5), (&dk, 6)], None);
+        assert_f32_close(&y64, &y32, "one query, [S, H·D]");
     }
 }

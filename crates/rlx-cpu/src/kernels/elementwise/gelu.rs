@@ -20,21 +20,7 @@ const SERIES: [f32; 6] = [
 const AS_P: f32 = 0.327_591_1;
 const AS_A: [f32; 5] = [0.254_829_6, -0.284_496_74, 1.421_413_8, -1.453_152, 1.061_405_4];
 
-/// `e^x` for `x ≤ 0`: `2^n · e^r` with `|r| ≤ ln2/2` and a degree-6 Taylor polynomial.
-#[inline(always)]
-fn exp_neg(x: f32) -> f32 {
-    let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round();
-    let r = n.mul_add(-0.693_145_75, x);
-    let r = n.mul_add(-1.428_606_8e-6, r);
-    let p = r.mul_add(1.0 / 720.0, 1.0 / 120.0);
-    let p = p.mul_add(r, 1.0 / 24.0);
-    let p = p.mul_add(r, 1.0 / 6.0);
-    let p = p.mul_add(r, 0.5);
-    let p = p.mul_add(r, 1.0);
-    let p = p.mul_add(r, 1.0);
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
+use super::exp::exp_neg;
 
 #[inline(always)]
 fn gelu_one(x: f32) -> f32 {

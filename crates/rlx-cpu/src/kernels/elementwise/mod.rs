@@ -2,10 +2,12 @@
 //! and the pointwise backward ops (OPS.md §3, §22).
 
 mod cast;
+mod exp;
 mod gelu;
 mod spline;
 
 pub use cast::cast;
+pub(crate) use exp::{exp_neg, exp_shifted};
 pub use gelu::{gelu, gelu_in_place};
 pub use spline::{spline, spline_backward_coeff, spline_backward_x};
 
