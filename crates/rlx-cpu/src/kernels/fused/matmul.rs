@@ -2,7 +2,8 @@
 
 use super::{per_act, Scratch};
 use crate::kernels::elementwise::{act, activation, binary, gelu_in_place};
-use crate::kernels::{matmul, PAR_MIN};
+use crate::kernels::matmul::{self, sgemm_then, Mat, MatMut};
+use crate::kernels::PAR_MIN;
 use crate::view::{In, Out};
 use rayon::prelude::*;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
@@ -11,33 +12,44 @@ use rlx_ir::DType;
 /// Output rows one epilogue task takes.
 const ROWS_PER_TASK: usize = 16;
 
-/// `x [.., M, K]`, `w [K, N]`, `bias [N]`, all one float dtype → `out [.., M, N]`. The
-/// product is the `MatMul` kernel's; in f32 the bias and activation then go over the output in
-/// one pass of row blocks, across threads when large.
+/// `x [.., M, K]`, `w [K, N]`, `bias [N]`, all one float dtype → `out [.., M, N]`. In f32
+/// with a 2-D weight the bias and activation run inside the GEMM on each finished piece of
+/// the output while it is in cache; otherwise the product is the `MatMul` kernel's and the
+/// epilogue one more pass of row blocks (f32) or the unfused kernels.
 pub fn matmul_bias_act(activation_kind: Option<ActivationKind>, x: In, w: In, bias: In, out: &mut Out) -> Result<(), String> {
-    matmul::matmul(x, w, out)?;
     let n = *out.dims.last().ok_or("the output needs a feature axis")?;
+    let all_f32 = [x.dtype, w.dtype, bias.dtype, out.dtype].iter().all(|&d| d == DType::F32);
+    if all_f32 && w.dims.len() == 2 && n > 0 {
+        let (k, b) = (w.dims[0], bias.get::<f32>());
+        let m = out.numel() / n;
+        let epilogue = |_row: usize, col0: usize, y: &mut [f32]| add_bias_act(activation_kind, &b[col0..col0 + y.len()], y);
+        return sgemm_then(Mat::row_major(x.get::<f32>(), m, k), Mat::row_major(w.get::<f32>(), k, n), MatMut::row_major(out.get::<f32>(), m, n), false, true, &epilogue);
+    }
+    matmul::matmul(x, w, out)?;
     if out.dtype != DType::F32 || n == 0 {
         return unfused_epilogue(activation_kind, bias, out);
     }
     let b = bias.get::<f32>();
     let y = out.get::<f32>();
-    let epilogue = |rows: &mut [f32]| match activation_kind {
-        None => rows.chunks_exact_mut(n).for_each(|r| r.iter_mut().zip(b).for_each(|(y, &b)| *y += b)),
-        Some(ActivationKind::Gelu) => {
-            rows.chunks_exact_mut(n).for_each(|r| r.iter_mut().zip(b).for_each(|(y, &b)| *y += b));
-            gelu_in_place(rows)
-        }
-        Some(kind) => per_act!(kind, K => rows
-            .chunks_exact_mut(n)
-            .for_each(|r| r.iter_mut().zip(b).for_each(|(y, &b)| *y = act(K, *y + b)))),
-    };
+    let epilogue = |rows: &mut [f32]| rows.chunks_exact_mut(n).for_each(|r| add_bias_act(activation_kind, b, r));
     if y.len() < PAR_MIN {
         epilogue(y);
     } else {
         y.par_chunks_mut(ROWS_PER_TASK * n).for_each(epilogue);
     }
     Ok(())
+}
+
+/// `y[j] ← act(y[j] + b[j])` over one piece of an output row.
+fn add_bias_act(activation_kind: Option<ActivationKind>, b: &[f32], y: &mut [f32]) {
+    match activation_kind {
+        None => y.iter_mut().zip(b).for_each(|(y, &b)| *y += b),
+        Some(ActivationKind::Gelu) => {
+            y.iter_mut().zip(b).for_each(|(y, &b)| *y += b);
+            gelu_in_place(y)
+        }
+        Some(kind) => per_act!(kind, K => y.iter_mut().zip(b).for_each(|(y, &b)| *y = act(K, *y + b))),
+    }
 }
 
 /// The bias `Add` and `Activation` kernels over the product in `out`.
