@@ -19,15 +19,11 @@ pub const OPSETS: std::ops::RangeInclusive<i64> = 1..=28;
 /// Imports `model` read from `path`.
 pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) -> Result<OnnxGraph> {
     let bad = |reason: String| IoError::OnnxModel { path: path.to_path_buf(), reason };
-    let opset = model
-        .opset_import
-        .iter()
-        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map(|o| o.version)
-        .ok_or_else(|| bad("the model imports no opset of the default ONNX domain".into()))?;
-    if !OPSETS.contains(&opset) {
+    let opset = opset_of(model, "");
+    if let Some(opset) = opset.filter(|v| !OPSETS.contains(v)) {
         return Err(bad(format!("opset {opset} is outside the supported {}..={}", OPSETS.start(), OPSETS.end())));
     }
+    let opset = opset.unwrap_or(0);
     let graph = &model.graph;
     if graph.sparse_initializers > 0 {
         return Err(bad("sparse initializers are not supported".into()));
@@ -65,17 +61,19 @@ pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) 
     }
     for i in order(graph, &values).map_err(bad)? {
         let node = &graph.node[i];
-        let fail = |e| node_error(path, &node.name, &node.op_type, opset, e);
-        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            return Err(fail(OpError::Unsupported(format!("domain `{}`", node.domain))));
-        }
-        let convert = converter(&node.op_type).ok_or_else(|| fail(OpError::Unsupported("no converter for this op".into())))?;
+        let domain_opset = opset_of(model, &node.domain);
+        let fail = |e| node_error(path, &node.name, &node.op_type, domain_opset.unwrap_or(0), e);
+        let Some(domain_opset) = domain_opset else {
+            return Err(fail(OpError::Invalid(format!("the model imports no opset of domain `{}`", node.domain))));
+        };
+        let convert = converter(&node.domain, &node.op_type)
+            .ok_or_else(|| fail(OpError::Unsupported(format!("no converter for this op in domain `{}`", node.domain))))?;
         let resolved = node
             .input
             .iter()
             .map(|name| if name.is_empty() { None } else { values.get(name.as_str()).copied() })
             .collect();
-        let onnx = OnnxNode { proto: node, inputs: resolved, opset, base };
+        let onnx = OnnxNode { proto: node, inputs: resolved, opset: domain_opset, base };
         let outs = convert(&mut cx, &onnx).map_err(fail)?;
         for (name, v) in node.output.iter().zip(outs) {
             if !name.is_empty() {
@@ -92,6 +90,13 @@ pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) 
     }
     cx.g.set_outputs(out_values).map_err(|e| bad(e.to_string()))?;
     Ok(OnnxGraph { graph: cx.g, params, inputs, outputs })
+}
+
+/// The opset version `model` imports for `domain` (`""` and `ai.onnx` both name the default
+/// domain).
+fn opset_of(model: &ModelProto<'_>, domain: &str) -> Option<i64> {
+    let same = |a: &str, b: &str| a == b || (a.is_empty() || a == "ai.onnx") && (b.is_empty() || b == "ai.onnx");
+    model.opset_import.iter().find(|o| same(&o.domain, domain)).map(|o| o.version)
 }
 
 fn node_error(path: &Path, node: &str, op: &str, opset: i64, e: OpError) -> IoError {

@@ -2,6 +2,7 @@
 //! into heads, past key/value caches concatenated, grouped key/value heads repeated, boolean
 //! or additive masks, causal and sliding-window masking aligned to the cache, `nonpad_kv_seqlen` padding, softcap,
 //! and the four `qk_matmul_output` modes. Fully masked rows give zeros, as the reference does.
+//! `FlexAttention` of the `ai.onnx.preview` domain lowers the same way.
 
 use super::elementwise::{act, bin, bin_scalar, cast_to, select};
 use super::matmul::matmul_nd;
@@ -15,6 +16,9 @@ use rlx_ir::ops::softmax::Softmax;
 use rlx_ir::{DType, Shape, ValueId};
 
 pub const CONVERTERS: &[(&str, Convert)] = &[("Attention", attention)];
+
+/// The converters of the `ai.onnx.preview` domain.
+pub const PREVIEW: &[(&str, Convert)] = &[("FlexAttention", flex_attention)];
 
 /// `[B, S, h·H]` → `[B, h, S, H]`.
 fn split_heads(cx: &mut Cx<'_>, x: ValueId, heads: usize) -> OpResult<ValueId> {
@@ -182,4 +186,46 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     }
     let qk_out = cast_to(cx, qk_out, dt)?;
     Ok(vec![y, present_k, present_v, qk_out])
+}
+
+/// `FlexAttention` (`ai.onnx.preview` opset 1) over `[B, H, L, E]` inputs: `Q·Kᵀ` with `√scale`
+/// applied to both operands, a softmax in `softmax_precision` (F32 for half inputs), the
+/// product with `V`; grouped key/value heads repeated.
+fn flex_attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (q, k, v) = (n.input(0)?, n.input(1)?, n.input(2)?);
+    if let Some(name) = ["score_mod", "prob_mod"].into_iter().find(|a| n.attr(a).is_some()) {
+        return Err(OpError::Unsupported(format!("the `{name}` subgraph")));
+    }
+    let (qd, kd, vd) = (cx.dims(q)?, cx.dims(k)?, cx.dims(v)?);
+    let (&[_, hq, _, e], &[_, hkv, s, ek], &[_, hv, sv, _]) = (&qd[..], &kd[..], &vd[..]) else {
+        return invalid(format!("Q {qd:?}, K {kd:?} and V {vd:?} must be 4-D"));
+    };
+    if hkv != hv || s != sv || e != ek {
+        return invalid(format!("Q {qd:?}, K {kd:?} and V {vd:?} disagree in heads, sequence or head size"));
+    }
+    let (k, v) = if hq != hkv {
+        if hkv == 0 || hq % hkv != 0 {
+            return invalid(format!("{hq} query heads are not a multiple of {hkv} key/value heads"));
+        }
+        (repeat_heads(cx, k, hq / hkv)?, repeat_heads(cx, v, hq / hkv)?)
+    } else {
+        (k, v)
+    };
+    let dt = cx.dtype(q);
+    let precision = match n.attr("softmax_precision") {
+        Some(a) => dtype(a.i as i32).ok_or_else(|| OpError::Unsupported(format!("softmax_precision {}", a.i)))?,
+        None if matches!(dt, DType::F16 | DType::BF16) => DType::F32,
+        None => dt,
+    };
+    let scale = n.attr("scale").map_or(1.0 / (e as f64).sqrt(), |a| a.f as f64);
+    let root = (scale as f32).sqrt() as f64;
+    let qs = bin_scalar(cx, BinaryOp::Mul, q, root)?;
+    let ks = bin_scalar(cx, BinaryOp::Mul, k, root)?;
+    let kt = transpose_to(cx, ks, &[0, 1, 3, 2])?;
+    let scores = matmul_nd(cx, qs, kt)?;
+    let scores = cast_to(cx, scores, precision)?;
+    let probs = cx.add1(Softmax { axis: -1 }, &[scores])?;
+    let v_c = cast_to(cx, v, precision)?;
+    let y = matmul_nd(cx, probs, v_c)?;
+    Ok(vec![cast_to(cx, y, cx.dtype(v))?])
 }
