@@ -8,6 +8,7 @@ use super::elementwise::{act, bin, bin_scalar, cast_to, select};
 use super::matmul::matmul_nd;
 use super::shape::{expand_to, reshape_static, transpose_to};
 use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
+use crate::onnx::import::inline_graph;
 use crate::onnx::tensor::dtype;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
@@ -189,13 +190,11 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
 }
 
 /// `FlexAttention` (`ai.onnx.preview` opset 1) over `[B, H, L, E]` inputs: `Q·Kᵀ` with `√scale`
-/// applied to both operands, a softmax in `softmax_precision` (F32 for half inputs), the
-/// product with `V`; grouped key/value heads repeated.
+/// applied to both operands, the `score_mod` graph, a softmax in `softmax_precision` (F32 for
+/// half inputs), the `prob_mod` graph, the product with `V`; grouped key/value heads repeated.
+/// The modifier graphs are converted in place on the `[B, H, L, S]` tensor.
 fn flex_attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let (q, k, v) = (n.input(0)?, n.input(1)?, n.input(2)?);
-    if let Some(name) = ["score_mod", "prob_mod"].into_iter().find(|a| n.attr(a).is_some()) {
-        return Err(OpError::Unsupported(format!("the `{name}` subgraph")));
-    }
     let (qd, kd, vd) = (cx.dims(q)?, cx.dims(k)?, cx.dims(v)?);
     let (&[_, hq, _, e], &[_, hkv, s, ek], &[_, hv, sv, _]) = (&qd[..], &kd[..], &vd[..]) else {
         return invalid(format!("Q {qd:?}, K {kd:?} and V {vd:?} must be 4-D"));
@@ -224,8 +223,25 @@ fn flex_attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
     let kt = transpose_to(cx, ks, &[0, 1, 3, 2])?;
     let scores = matmul_nd(cx, qs, kt)?;
     let scores = cast_to(cx, scores, precision)?;
+    let scores = modify(cx, n, "score_mod", scores)?;
     let probs = cx.add1(Softmax { axis: -1 }, &[scores])?;
+    let probs = modify(cx, n, "prob_mod", probs)?;
     let v_c = cast_to(cx, v, precision)?;
     let y = matmul_nd(cx, probs, v_c)?;
     Ok(vec![cast_to(cx, y, cx.dtype(v))?])
+}
+
+/// `x` through the modifier graph attribute `name` if the node has one; it must keep the
+/// shape and element type.
+fn modify(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, name: &str, x: ValueId) -> OpResult<ValueId> {
+    let Some(graph) = n.attr(name).and_then(|a| a.g.as_ref()) else { return Ok(x) };
+    let outs = inline_graph(cx, graph, n.opsets, n.base, &[x]).map_err(|e| match e {
+        OpError::Unsupported(r) => OpError::Unsupported(format!("{name}: {r}")),
+        OpError::Invalid(r) => OpError::Invalid(format!("{name}: {r}")),
+    })?;
+    match outs[..] {
+        [y] if cx.ty(y) == cx.ty(x) => Ok(y),
+        [y] => invalid(format!("{name} turns {} into {}; it must keep shape and type", cx.ty(x), cx.ty(y))),
+        _ => invalid(format!("{name} must have one output, not {}", outs.len())),
+    }
 }

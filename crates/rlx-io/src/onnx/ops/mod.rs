@@ -10,6 +10,7 @@ mod einsum;
 mod elementwise;
 mod index;
 mod matmul;
+mod ml;
 mod norm;
 mod quant;
 mod reduce;
@@ -23,7 +24,7 @@ mod ssm;
 mod training;
 
 use super::build::Cx;
-use super::proto::{AttributeProto, NodeProto};
+use super::proto::{AttributeProto, NodeProto, OpsetId};
 use super::tensor::{decode, TensorData};
 use rlx_ir::{norm_axis, IrError, ValueId};
 use std::path::Path;
@@ -55,6 +56,7 @@ pub fn converter(domain: &str, op_type: &str) -> Option<Convert> {
         "" | "ai.onnx" => DEFAULT_DOMAIN,
         "ai.onnx.preview" => &[attention::PREVIEW],
         "ai.onnx.preview.training" => &[training::CONVERTERS],
+        "ai.onnx.ml" => &[ml::CONVERTERS],
         _ => return None,
     };
     tables.iter().flat_map(|t| t.iter()).find(|(name, _)| *name == op_type).map(|(_, f)| *f)
@@ -86,6 +88,8 @@ pub struct OnnxNode<'n, 'a> {
     /// One entry per listed input; `None` for an omitted optional input (`""`).
     pub inputs: Vec<Option<ValueId>>,
     pub opset: i64,
+    /// Every opset the model imports, for graph attributes converted in place.
+    pub opsets: &'n [OpsetId],
     /// The model's folder, for tensor attributes with external data.
     pub base: Option<&'n Path>,
 }
