@@ -49,6 +49,22 @@ fn bias_of(cx: &mut Cx<'_>, allowed: ValueId, dt: DType) -> OpResult<ValueId> {
     select(cx, allowed, zero, minus_inf)
 }
 
+/// Softmax over the last axis. Half-precision logits take the spelled-out
+/// `exp(x − max) / Σ exp(x − max)`, each step rounded to the half type, as the ONNX reference
+/// (and the function body's `Softmax` in the input type) computes it; rlx's `Softmax` would
+/// keep the intermediates in F32 and land an ulp away.
+fn softmax_last(cx: &mut Cx<'_>, x: ValueId) -> OpResult<ValueId> {
+    if !matches!(cx.dtype(x), DType::F16 | DType::BF16) {
+        return cx.add1(Softmax { axis: -1 }, &[x]);
+    }
+    let axes = vec![cx.rank(x) - 1];
+    let top = cx.add1(Reduce { op: ReduceOp::Max, axes: axes.clone(), keep_dim: true }, &[x])?;
+    let shifted = bin(cx, BinaryOp::Sub, x, top)?;
+    let e = act(cx, ActivationKind::Exp, shifted)?;
+    let total = cx.add1(Reduce { op: ReduceOp::Sum, axes, keep_dim: true }, &[e])?;
+    bin(cx, BinaryOp::Div, e, total)
+}
+
 fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let (mut q, mut k, mut v) = (n.input(0)?, n.input(1)?, n.input(2)?);
     let rank3 = cx.rank(q) == 3;
@@ -167,7 +183,7 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         None => dt,
     };
     let logits = cast_to(cx, with_bias, precision)?;
-    let mut probs = cx.add1(Softmax { axis: -1 }, &[logits])?;
+    let mut probs = softmax_last(cx, logits)?;
     if let Some(bias) = bias {
         let top = cx.add1(Reduce { op: ReduceOp::Max, axes: vec![cx.rank(bias) - 1], keep_dim: true }, &[bias])?;
         let minus_inf = cx.scalar(dt, f64::NEG_INFINITY)?;
@@ -224,7 +240,7 @@ fn flex_attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
     let scores = matmul_nd(cx, qs, kt)?;
     let scores = cast_to(cx, scores, precision)?;
     let scores = modify(cx, n, "score_mod", scores)?;
-    let probs = cx.add1(Softmax { axis: -1 }, &[scores])?;
+    let probs = softmax_last(cx, scores)?;
     let probs = modify(cx, n, "prob_mod", probs)?;
     let v_c = cast_to(cx, v, precision)?;
     let y = matmul_nd(cx, probs, v_c)?;
