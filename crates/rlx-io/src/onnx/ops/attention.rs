@@ -261,3 +261,37 @@ fn modify(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, name: &str, x: ValueId) -> OpRe
         _ => invalid(format!("{name} must have one output, not {}", outs.len())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{float, graph, graph_attr, import_graph, node};
+    use crate::error::IoError;
+
+    /// `FlexAttention` on `[1, 1, 2, 4]` inputs whose `score_mod` adds `addend` to the scores.
+    fn flex(addend: &str) -> crate::error::Result<crate::onnx::OnnxGraph> {
+        let score_mod = graph(
+            vec![node("Add", "", &["scores", addend], &["out"], vec![])],
+            vec![float("scores", &[1, 1, 2, 2])],
+            vec![float("out", &[1, 1, 2, 2])],
+        );
+        let n = node("FlexAttention", "ai.onnx.preview", &["q", "k", "v"], &["y"], vec![graph_attr("score_mod", score_mod)]);
+        let ins = ["q", "k", "v"].iter().map(|s| float(s, &[1, 1, 2, 4])).collect();
+        import_graph(&[("", 26), ("ai.onnx.preview", 1)], graph(vec![n], ins, vec![float("y", &[1, 1, 2, 4])]))
+    }
+
+    #[test]
+    fn a_score_mod_graph_is_converted_in_place() {
+        assert!(flex("scores").is_ok());
+    }
+
+    #[test]
+    fn a_score_mod_reading_an_outer_value_names_it() {
+        match flex("q") {
+            Err(IoError::OnnxNode { op, reason, .. }) => {
+                assert_eq!(op, "FlexAttention");
+                assert!(reason.contains("score_mod") && reason.contains("`q`"), "{reason}");
+            }
+            other => panic!("{:?}", other.map(|g| g.outputs)),
+        }
+    }
+}

@@ -21,6 +21,8 @@ mod shape;
 mod signal;
 mod softmax;
 mod ssm;
+#[cfg(test)]
+mod testing;
 mod training;
 
 use super::build::Cx;

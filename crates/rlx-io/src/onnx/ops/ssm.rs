@@ -186,3 +186,44 @@ fn causal_conv_with_state(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec
     };
     Ok(vec![y, state])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{float, graph, import_graph, int_attr, node, string_attr};
+    use crate::error::IoError;
+
+    /// `LinearAttention` over `[1, 2, 8]` inputs (2 heads of 4) with `extra` inputs after the
+    /// past state.
+    fn linear_attention(rule: &str, extra: &[&str]) -> IoError {
+        let attrs = vec![int_attr("q_num_heads", 2), int_attr("kv_num_heads", 2), string_attr("update_rule", rule)];
+        let mut inputs = vec!["q", "k", "v", ""];
+        inputs.extend(extra);
+        let n = node("LinearAttention", "", &inputs, &["y", "s"], attrs);
+        let mut ins: Vec<_> = ["q", "k", "v"].iter().map(|s| float(s, &[1, 2, 8])).collect();
+        ins.extend(extra.iter().map(|s| float(s, &[1, 2, 2])));
+        let outs = vec![float("y", &[1, 2, 8]), float("s", &[1, 2, 4, 4])];
+        match import_graph(&[("", 27)], graph(vec![n], ins, outs)) {
+            Err(e) => e,
+            Ok(g) => panic!("imported: {:?}", g.outputs),
+        }
+    }
+
+    #[test]
+    fn unknown_update_rules_name_node_op_and_opset() {
+        match linear_attention("quadratic", &[]) {
+            IoError::OnnxNode { node, op, opset, reason, .. } => {
+                assert_eq!((node.as_str(), op.as_str(), opset), ("LinearAttention_node", "LinearAttention", 27));
+                assert!(reason.contains("update_rule `quadratic`"), "{reason}");
+            }
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn the_rule_decides_which_of_decay_and_beta_are_allowed() {
+        let e = linear_attention("linear", &["decay"]).to_string();
+        assert!(e.contains("forbids the decay input"), "{e}");
+        let e = linear_attention("delta", &[]).to_string();
+        assert!(e.contains("requires the beta input"), "{e}");
+    }
+}

@@ -156,3 +156,60 @@ fn momentum(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     xs.extend(vs);
     Ok(xs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{float, float_attr, graph, import_graph, node, string_attr};
+    use crate::error::IoError;
+
+    const TRAINING: &str = "ai.onnx.preview.training";
+
+    fn momentum(mode: &str) -> crate::error::Result<crate::onnx::OnnxGraph> {
+        let attrs = vec![float_attr("alpha", 0.9), float_attr("beta", 0.1), float_attr("norm_coefficient", 0.0), string_attr("mode", mode)];
+        let n = node("Momentum", TRAINING, &["r", "t", "x", "g", "v"], &["x2", "v2"], attrs);
+        let ins = ["r", "t"].iter().map(|s| float(s, &[])).chain(["x", "g", "v"].iter().map(|s| float(s, &[3]))).collect();
+        import_graph(&[(TRAINING, 1)], graph(vec![n], ins, vec![float("x2", &[3]), float("v2", &[3])]))
+    }
+
+    #[test]
+    fn a_model_importing_only_the_training_domain_imports() {
+        let g = momentum("nesterov").unwrap();
+        assert_eq!(g.outputs, ["x2", "v2"]);
+    }
+
+    #[test]
+    fn an_unknown_momentum_mode_names_node_op_and_domain_opset() {
+        match momentum("sideways") {
+            Err(IoError::OnnxNode { node, op, opset, reason, .. }) => {
+                assert_eq!((node.as_str(), op.as_str(), opset), ("Momentum_node", "Momentum", 1));
+                assert!(reason.contains("sideways"), "{reason}");
+            }
+            other => panic!("{:?}", other.map(|g| g.outputs)),
+        }
+    }
+
+    #[test]
+    fn a_node_of_a_domain_the_model_does_not_import_is_an_error() {
+        let n = node("Adam", TRAINING, &["r", "t", "x", "g", "v", "h"], &["x2"], vec![]);
+        let ins = ["r", "t", "x", "g", "v", "h"].iter().map(|s| float(s, &[2])).collect();
+        match import_graph(&[("", 21)], graph(vec![n], ins, vec![float("x2", &[2])])) {
+            Err(IoError::OnnxNode { op, reason, .. }) => {
+                assert_eq!(op, "Adam");
+                assert!(reason.contains("imports no opset of domain `ai.onnx.preview.training`"), "{reason}");
+            }
+            other => panic!("{:?}", other.map(|g| g.outputs)),
+        }
+    }
+
+    #[test]
+    fn ops_of_an_unknown_domain_name_the_domain() {
+        let n = node("Relu", "com.example", &["x"], &["y"], vec![]);
+        match import_graph(&[("", 21), ("com.example", 3)], graph(vec![n], vec![float("x", &[2])], vec![float("y", &[2])])) {
+            Err(IoError::OnnxUnsupported { op, opset, reason, .. }) => {
+                assert_eq!((op.as_str(), opset), ("Relu", 3));
+                assert!(reason.contains("com.example"), "{reason}");
+            }
+            other => panic!("{:?}", other.map(|g| g.outputs)),
+        }
+    }
+}
