@@ -125,9 +125,9 @@ fn linear_attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<Value
         let o = matmul_nd(cx, q_t, state)?;
         outs.push(reshape_static(cx, o, &[b, 1, hq * dv])?);
     }
-    let scale = match n.float("scale", 0.0) {
-        s if s == 0.0 => 1.0 / (dk as f64).sqrt(),
-        s => s as f64,
+    let scale = match n.float("scale", 0.0) as f64 {
+        0.0 => 1.0 / (dk as f64).sqrt(),
+        s => s,
     };
     let y = if outs.len() == 1 { outs[0] } else { cx.add1(Concat { axis: 1 }, &outs)? };
     let y = bin_scalar(cx, BinaryOp::Mul, y, scale)?;
