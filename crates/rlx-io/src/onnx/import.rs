@@ -2,8 +2,8 @@
 //! `dim_param` as symbols, or caller overrides), nodes in dependency order, graph outputs.
 
 use super::build::Cx;
-use super::ops::{converter, OnnxNode, OpError};
-use super::proto::{DimProto, GraphProto, ModelProto, TypeProto};
+use super::ops::{converter, OnnxNode, OpError, OpResult};
+use super::proto::{DimProto, GraphProto, ModelProto, NodeProto, OpsetId, TypeProto};
 use super::tensor::{checked_dims, decode, dtype, type_name};
 use super::{ImportOptions, OnnxGraph};
 use crate::error::{IoError, Result};
@@ -19,15 +19,11 @@ pub const OPSETS: std::ops::RangeInclusive<i64> = 1..=28;
 /// Imports `model` read from `path`.
 pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) -> Result<OnnxGraph> {
     let bad = |reason: String| IoError::OnnxModel { path: path.to_path_buf(), reason };
-    let opset = model
-        .opset_import
-        .iter()
-        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map(|o| o.version)
-        .ok_or_else(|| bad("the model imports no opset of the default ONNX domain".into()))?;
-    if !OPSETS.contains(&opset) {
+    let opset = opset_of(&model.opset_import, "");
+    if let Some(opset) = opset.filter(|v| !OPSETS.contains(v)) {
         return Err(bad(format!("opset {opset} is outside the supported {}..={}", OPSETS.start(), OPSETS.end())));
     }
+    let opset = opset.unwrap_or(0);
     let graph = &model.graph;
     if graph.sparse_initializers > 0 {
         return Err(bad("sparse initializers are not supported".into()));
@@ -65,23 +61,8 @@ pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) 
     }
     for i in order(graph, &values).map_err(bad)? {
         let node = &graph.node[i];
-        let fail = |e| node_error(path, &node.name, &node.op_type, opset, e);
-        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            return Err(fail(OpError::Unsupported(format!("domain `{}`", node.domain))));
-        }
-        let convert = converter(&node.op_type).ok_or_else(|| fail(OpError::Unsupported("no converter for this op".into())))?;
-        let resolved = node
-            .input
-            .iter()
-            .map(|name| if name.is_empty() { None } else { values.get(name.as_str()).copied() })
-            .collect();
-        let onnx = OnnxNode { proto: node, inputs: resolved, opset, base };
-        let outs = convert(&mut cx, &onnx).map_err(fail)?;
-        for (name, v) in node.output.iter().zip(outs) {
-            if !name.is_empty() {
-                values.insert(name, v);
-            }
-        }
+        convert_node(&mut cx, node, &model.opset_import, base, &mut values)
+            .map_err(|(opset, e)| node_error(path, &node.name, &node.op_type, opset, e))?;
     }
     let mut outputs = Vec::new();
     let mut out_values = Vec::new();
@@ -92,6 +73,74 @@ pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) 
     }
     cx.g.set_outputs(out_values).map_err(|e| bad(e.to_string()))?;
     Ok(OnnxGraph { graph: cx.g, params, inputs, outputs })
+}
+
+/// The opset version imported for `domain` (`""` and `ai.onnx` both name the default domain).
+fn opset_of(opsets: &[OpsetId], domain: &str) -> Option<i64> {
+    let same = |a: &str, b: &str| a == b || (a.is_empty() || a == "ai.onnx") && (b.is_empty() || b == "ai.onnx");
+    opsets.iter().find(|o| same(&o.domain, domain)).map(|o| o.version)
+}
+
+/// Converts `node`, its inputs looked up in `values`, and adds its outputs there; a failure
+/// comes with the opset of the node's domain.
+fn convert_node<'g>(
+    cx: &mut Cx<'_>,
+    node: &'g NodeProto<'_>,
+    opsets: &'g [OpsetId],
+    base: Option<&'g Path>,
+    values: &mut HashMap<&'g str, ValueId>,
+) -> std::result::Result<(), (i64, OpError)> {
+    let Some(opset) = opset_of(opsets, &node.domain) else {
+        return Err((0, OpError::Invalid(format!("the model imports no opset of domain `{}`", node.domain))));
+    };
+    let fail = |e| (opset, e);
+    let convert = converter(&node.domain, &node.op_type)
+        .ok_or_else(|| fail(OpError::Unsupported(format!("no converter for this op in domain `{}`", node.domain))))?;
+    let inputs = node.input.iter().map(|name| if name.is_empty() { None } else { values.get(name.as_str()).copied() }).collect();
+    let onnx = OnnxNode { proto: node, inputs, opset, opsets, base };
+    let outs = convert(cx, &onnx).map_err(fail)?;
+    for (name, v) in node.output.iter().zip(outs) {
+        if !name.is_empty() {
+            values.insert(name, v);
+        }
+    }
+    Ok(())
+}
+
+/// Converts a graph attribute in place: its inputs bound to `inputs`, its initializers as
+/// constants, its nodes appended to `cx`; returns its outputs. A name the graph does not
+/// define itself (an outer-scope value) is an error.
+pub fn inline_graph(
+    cx: &mut Cx<'_>,
+    graph: &GraphProto<'_>,
+    opsets: &[OpsetId],
+    base: Option<&Path>,
+    inputs: &[ValueId],
+) -> OpResult<Vec<ValueId>> {
+    let name = |g: &GraphProto<'_>| if g.name.is_empty() { String::new() } else { format!(" `{}`", g.name) };
+    if graph.input.len() != inputs.len() {
+        return Err(OpError::Invalid(format!("subgraph{} takes {} inputs, not {}", name(graph), graph.input.len(), inputs.len())));
+    }
+    let mut values: HashMap<&str, ValueId> = graph.input.iter().map(|vi| vi.name.as_str()).zip(inputs.iter().copied()).collect();
+    for init in &graph.initializer {
+        let data = decode(init, base).map_err(|e| OpError::Invalid(format!("subgraph initializer `{}`: {e}", init.name)))?;
+        values.insert(&init.name, cx.bytes(data.dtype, &data.dims, data.bytes)?);
+    }
+    for i in order(graph, &values).map_err(OpError::Invalid)? {
+        let node = &graph.node[i];
+        convert_node(cx, node, opsets, base, &mut values).map_err(|(opset, e)| {
+            let at = format!("subgraph node `{}` ({}, opset {opset})", node.name, node.op_type);
+            match e {
+                OpError::Unsupported(r) => OpError::Unsupported(format!("{at}: {r}")),
+                OpError::Invalid(r) => OpError::Invalid(format!("{at}: {r}")),
+            }
+        })?;
+    }
+    graph
+        .output
+        .iter()
+        .map(|o| values.get(o.name.as_str()).copied().ok_or_else(|| OpError::Invalid(format!("subgraph output `{}` is never produced", o.name))))
+        .collect()
 }
 
 fn node_error(path: &Path, node: &str, op: &str, opset: i64, e: OpError) -> IoError {

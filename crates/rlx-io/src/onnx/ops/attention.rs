@@ -2,11 +2,13 @@
 //! into heads, past key/value caches concatenated, grouped key/value heads repeated, boolean
 //! or additive masks, causal and sliding-window masking aligned to the cache, `nonpad_kv_seqlen` padding, softcap,
 //! and the four `qk_matmul_output` modes. Fully masked rows give zeros, as the reference does.
+//! `FlexAttention` of the `ai.onnx.preview` domain lowers the same way.
 
 use super::elementwise::{act, bin, bin_scalar, cast_to, select};
 use super::matmul::matmul_nd;
 use super::shape::{expand_to, reshape_static, transpose_to};
 use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
+use crate::onnx::import::inline_graph;
 use crate::onnx::tensor::dtype;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
@@ -15,6 +17,9 @@ use rlx_ir::ops::softmax::Softmax;
 use rlx_ir::{DType, Shape, ValueId};
 
 pub const CONVERTERS: &[(&str, Convert)] = &[("Attention", attention)];
+
+/// The converters of the `ai.onnx.preview` domain.
+pub const PREVIEW: &[(&str, Convert)] = &[("FlexAttention", flex_attention)];
 
 /// `[B, S, h·H]` → `[B, h, S, H]`.
 fn split_heads(cx: &mut Cx<'_>, x: ValueId, heads: usize) -> OpResult<ValueId> {
@@ -42,6 +47,22 @@ fn bias_of(cx: &mut Cx<'_>, allowed: ValueId, dt: DType) -> OpResult<ValueId> {
     let zero = cx.scalar(dt, 0.0)?;
     let minus_inf = cx.scalar(dt, f64::NEG_INFINITY)?;
     select(cx, allowed, zero, minus_inf)
+}
+
+/// Softmax over the last axis. Half-precision logits take the spelled-out
+/// `exp(x − max) / Σ exp(x − max)`, each step rounded to the half type, as the ONNX reference
+/// (and the function body's `Softmax` in the input type) computes it; rlx's `Softmax` would
+/// keep the intermediates in F32 and land an ulp away.
+fn softmax_last(cx: &mut Cx<'_>, x: ValueId) -> OpResult<ValueId> {
+    if !matches!(cx.dtype(x), DType::F16 | DType::BF16) {
+        return cx.add1(Softmax { axis: -1 }, &[x]);
+    }
+    let axes = vec![cx.rank(x) - 1];
+    let top = cx.add1(Reduce { op: ReduceOp::Max, axes: axes.clone(), keep_dim: true }, &[x])?;
+    let shifted = bin(cx, BinaryOp::Sub, x, top)?;
+    let e = act(cx, ActivationKind::Exp, shifted)?;
+    let total = cx.add1(Reduce { op: ReduceOp::Sum, axes, keep_dim: true }, &[e])?;
+    bin(cx, BinaryOp::Div, e, total)
 }
 
 fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
@@ -162,7 +183,7 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         None => dt,
     };
     let logits = cast_to(cx, with_bias, precision)?;
-    let mut probs = cx.add1(Softmax { axis: -1 }, &[logits])?;
+    let mut probs = softmax_last(cx, logits)?;
     if let Some(bias) = bias {
         let top = cx.add1(Reduce { op: ReduceOp::Max, axes: vec![cx.rank(bias) - 1], keep_dim: true }, &[bias])?;
         let minus_inf = cx.scalar(dt, f64::NEG_INFINITY)?;
@@ -182,4 +203,95 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     }
     let qk_out = cast_to(cx, qk_out, dt)?;
     Ok(vec![y, present_k, present_v, qk_out])
+}
+
+/// `FlexAttention` (`ai.onnx.preview` opset 1) over `[B, H, L, E]` inputs: `Q·Kᵀ` with `√scale`
+/// applied to both operands, the `score_mod` graph, a softmax in `softmax_precision` (F32 for
+/// half inputs), the `prob_mod` graph, the product with `V`; grouped key/value heads repeated.
+/// The modifier graphs are converted in place on the `[B, H, L, S]` tensor.
+fn flex_attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (q, k, v) = (n.input(0)?, n.input(1)?, n.input(2)?);
+    let (qd, kd, vd) = (cx.dims(q)?, cx.dims(k)?, cx.dims(v)?);
+    let (&[_, hq, _, e], &[_, hkv, s, ek], &[_, hv, sv, _]) = (&qd[..], &kd[..], &vd[..]) else {
+        return invalid(format!("Q {qd:?}, K {kd:?} and V {vd:?} must be 4-D"));
+    };
+    if hkv != hv || s != sv || e != ek {
+        return invalid(format!("Q {qd:?}, K {kd:?} and V {vd:?} disagree in heads, sequence or head size"));
+    }
+    let (k, v) = if hq != hkv {
+        if hkv == 0 || hq % hkv != 0 {
+            return invalid(format!("{hq} query heads are not a multiple of {hkv} key/value heads"));
+        }
+        (repeat_heads(cx, k, hq / hkv)?, repeat_heads(cx, v, hq / hkv)?)
+    } else {
+        (k, v)
+    };
+    let dt = cx.dtype(q);
+    let precision = match n.attr("softmax_precision") {
+        Some(a) => dtype(a.i as i32).ok_or_else(|| OpError::Unsupported(format!("softmax_precision {}", a.i)))?,
+        None if matches!(dt, DType::F16 | DType::BF16) => DType::F32,
+        None => dt,
+    };
+    let scale = n.attr("scale").map_or(1.0 / (e as f64).sqrt(), |a| a.f as f64);
+    let root = (scale as f32).sqrt() as f64;
+    let qs = bin_scalar(cx, BinaryOp::Mul, q, root)?;
+    let ks = bin_scalar(cx, BinaryOp::Mul, k, root)?;
+    let kt = transpose_to(cx, ks, &[0, 1, 3, 2])?;
+    let scores = matmul_nd(cx, qs, kt)?;
+    let scores = cast_to(cx, scores, precision)?;
+    let scores = modify(cx, n, "score_mod", scores)?;
+    let probs = softmax_last(cx, scores)?;
+    let probs = modify(cx, n, "prob_mod", probs)?;
+    let v_c = cast_to(cx, v, precision)?;
+    let y = matmul_nd(cx, probs, v_c)?;
+    Ok(vec![cast_to(cx, y, cx.dtype(v))?])
+}
+
+/// `x` through the modifier graph attribute `name` if the node has one; it must keep the
+/// shape and element type.
+fn modify(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, name: &str, x: ValueId) -> OpResult<ValueId> {
+    let Some(graph) = n.attr(name).and_then(|a| a.g.as_ref()) else { return Ok(x) };
+    let outs = inline_graph(cx, graph, n.opsets, n.base, &[x]).map_err(|e| match e {
+        OpError::Unsupported(r) => OpError::Unsupported(format!("{name}: {r}")),
+        OpError::Invalid(r) => OpError::Invalid(format!("{name}: {r}")),
+    })?;
+    match outs[..] {
+        [y] if cx.ty(y) == cx.ty(x) => Ok(y),
+        [y] => invalid(format!("{name} turns {} into {}; it must keep shape and type", cx.ty(x), cx.ty(y))),
+        _ => invalid(format!("{name} must have one output, not {}", outs.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{float, graph, graph_attr, import_graph, node};
+    use crate::error::IoError;
+
+    /// `FlexAttention` on `[1, 1, 2, 4]` inputs whose `score_mod` adds `addend` to the scores.
+    fn flex(addend: &str) -> crate::error::Result<crate::onnx::OnnxGraph> {
+        let score_mod = graph(
+            vec![node("Add", "", &["scores", addend], &["out"], vec![])],
+            vec![float("scores", &[1, 1, 2, 2])],
+            vec![float("out", &[1, 1, 2, 2])],
+        );
+        let n = node("FlexAttention", "ai.onnx.preview", &["q", "k", "v"], &["y"], vec![graph_attr("score_mod", score_mod)]);
+        let ins = ["q", "k", "v"].iter().map(|s| float(s, &[1, 1, 2, 4])).collect();
+        import_graph(&[("", 26), ("ai.onnx.preview", 1)], graph(vec![n], ins, vec![float("y", &[1, 1, 2, 4])]))
+    }
+
+    #[test]
+    fn a_score_mod_graph_is_converted_in_place() {
+        assert!(flex("scores").is_ok());
+    }
+
+    #[test]
+    fn a_score_mod_reading_an_outer_value_names_it() {
+        match flex("q") {
+            Err(IoError::OnnxNode { op, reason, .. }) => {
+                assert_eq!(op, "FlexAttention");
+                assert!(reason.contains("score_mod") && reason.contains("`q`"), "{reason}");
+            }
+            other => panic!("{:?}", other.map(|g| g.outputs)),
+        }
+    }
 }

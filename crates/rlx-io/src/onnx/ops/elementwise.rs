@@ -5,7 +5,8 @@
 use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpResult};
 use crate::onnx::tensor::dtype;
 use rlx_ir::ops::elementwise::{Activation, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Where};
-use rlx_ir::{DType, ValueId};
+use rlx_ir::ops::random::RngUniform;
+use rlx_ir::{DType, Shape, ValueId};
 
 pub const CONVERTERS: &[(&str, Convert)] = &[
     ("Relu", |cx, n| unary(cx, n, ActivationKind::Relu)),
@@ -79,6 +80,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     ("Gelu", gelu),
     ("Shrink", shrink),
     ("Swish", swish),
+    ("SwiGLU", swiglu),
 ];
 
 fn unary(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, kind: ActivationKind) -> OpResult<Vec<ValueId>> {
@@ -211,6 +213,16 @@ fn swish(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     Ok(vec![bin(cx, BinaryOp::Mul, x, s)?])
 }
 
+/// `SwiGLU` (opset 28): `Swish_α(A)·B` for same-shaped gate `A` and value `B`.
+fn swiglu(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (a, b) = (n.input(0)?, n.input(1)?);
+    if cx.ty(a).shape != cx.ty(b).shape {
+        return invalid(format!("gate {} and value {} must have one shape", cx.ty(a), cx.ty(b)));
+    }
+    let gate = swish(cx, n)?[0];
+    Ok(vec![bin(cx, BinaryOp::Mul, gate, b)?])
+}
+
 /// The `to` dtype of `Cast`.
 fn target(n: &OnnxNode<'_, '_>) -> OpResult<DType> {
     let code = n.int("to", 0) as i32;
@@ -237,21 +249,39 @@ fn cast_value(cx: &mut Cx<'_>, x: ValueId, to: DType) -> OpResult<ValueId> {
 }
 
 /// `Dropout` at inference: the input, and an all-true mask when asked for.
+/// `Dropout`: the identity (with an all-true mask) outside training mode or at ratio 0; in
+/// training mode, `x·mask/(1 − ratio)` with `mask = U[0, 1) ≥ ratio` drawn by `RngUniform`
+/// (the `seed` attribute fixes rlx's stream, not NumPy's).
 fn dropout(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let x = n.input(0)?;
-    if let Some(t) = n.opt_input(2) {
-        if cx.const_ints(t, "training_mode")?.first().copied().unwrap_or(0) != 0 {
-            return unsupported("training_mode = true");
+    let training = match n.opt_input(2) {
+        Some(t) => cx.const_ints(t, "training_mode")?.first().copied().unwrap_or(0) != 0,
+        None => false,
+    };
+    let no_drop = n.opt_input(1).and_then(|r| cx.const_f64s(r)).is_some_and(|r| r.iter().all(|&v| v == 0.0));
+    let dims = cx.dims(x)?;
+    if !training || no_drop {
+        let mut outs = vec![x];
+        if n.proto.output.len() > 1 {
+            let count = dims.iter().product();
+            outs.push(cx.values(DType::Bool, &dims, &vec![1.0; count])?);
         }
+        return Ok(outs);
     }
-    let mut outs = vec![x];
-    if n.proto.output.len() > 1 {
-        let ty = cx.ty(x);
-        let dims = cx.dims(x)?;
-        let count = ty.shape.numel().unwrap_or(0);
-        outs.push(cx.values(DType::Bool, &dims, &vec![1.0; count])?);
-    }
-    Ok(outs)
+    let dt = cx.dtype(x);
+    let ratio = match n.opt_input(1) {
+        Some(r) => cast_to(cx, r, dt)?,
+        None => cx.scalar(dt, 0.5)?,
+    };
+    let seed = n.attr("seed").map(|a| a.i as f32);
+    let u = cx.add1(RngUniform { low: 0.0, high: 1.0, key: 0, op_seed: seed, shape: Some(Shape::of(&dims)) }, &[])?;
+    let u = cast_to(cx, u, dt)?;
+    let keep = cx.add1(Compare { op: CmpOp::Ge }, &[u, ratio])?;
+    let one = cx.scalar(dt, 1.0)?;
+    let kept = bin(cx, BinaryOp::Sub, one, ratio)?;
+    let scaled = bin(cx, BinaryOp::Div, x, kept)?;
+    let zero = cx.scalar(dt, 0.0)?;
+    Ok(vec![select(cx, keep, scaled, zero)?, keep])
 }
 
 /// `Clip`: bounds as attributes before opset 11, optional inputs from 11.

@@ -1,8 +1,9 @@
 //! Gathers and scatters (`Gather`, `GatherElements`, `GatherND`, `ScatterElements`,
-//! `Scatter`, `ScatterND`) and `OneHot`, onto rlx's index ops.
+//! `Scatter`, `ScatterND`, the cache update `TensorScatter`) and `OneHot`, onto rlx's index
+//! ops.
 
 use super::elementwise::{bin, cast_to, select};
-use super::shape::reshape_static;
+use super::shape::{expand_to, reshape_static};
 use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
 use rlx_ir::ops::elementwise::{BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::index::{Gather, GatherElements, GatherNd, ScatterElements, ScatterNd, ScatterReduction};
@@ -26,6 +27,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
         Ok(vec![cx.add1(ScatterNd { reduction }, &[n.input(0)?, n.input(1)?, n.input(2)?])?])
     }),
     ("OneHot", one_hot),
+    ("TensorScatter", tensor_scatter),
 ];
 
 fn reduction(n: &OnnxNode<'_, '_>) -> OpResult<ScatterReduction> {
@@ -94,4 +96,42 @@ fn one_hot(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let off = reshape_static(cx, off, &[])?;
     let on = reshape_static(cx, on, &[])?;
     Ok(vec![select(cx, hit, on, off)?])
+}
+
+/// `TensorScatter` (opset 24): `update` written into a copy of `past_cache` along `axis`
+/// from each batch item's `write_indices` entry on (wrapping in `circular` mode), as a
+/// `ScatterElements` whose indices are `write_index[b] + s`.
+fn tensor_scatter(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (cache, update) = (n.input(0)?, n.input(1)?);
+    let (cd, ud) = (cx.dims(cache)?, cx.dims(update)?);
+    let rank = cd.len();
+    let axis = n.axis(n.int("axis", -2), rank)?;
+    if axis == 0 {
+        return invalid("axis must not be the batch axis 0");
+    }
+    let circular = match n.string("mode", "linear").as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return invalid(format!("mode `{m}` (linear or circular)")),
+    };
+    if ud.len() != rank || (0..rank).any(|i| if i == axis { ud[i] > cd[i] } else { ud[i] != cd[i] }) {
+        return invalid(format!("update {ud:?} does not fit cache {cd:?} along axis {axis}"));
+    }
+    let mut iota_dims = vec![1; rank];
+    iota_dims[axis] = ud[axis];
+    let mut idx = cx.values(DType::I64, &iota_dims, &(0..ud[axis]).map(|i| i as f64).collect::<Vec<_>>())?;
+    if let Some(w) = n.opt_input(2) {
+        let w = cast_to(cx, w, DType::I64)?;
+        let mut w_dims = vec![1; rank];
+        w_dims[0] = cd[0];
+        let w = reshape_static(cx, w, &w_dims)?;
+        idx = bin(cx, BinaryOp::Add, w, idx)?;
+    }
+    if circular {
+        let max = cx.scalar(DType::I64, cd[axis] as f64)?;
+        idx = bin(cx, BinaryOp::Mod, idx, max)?;
+    }
+    let idx = expand_to(cx, idx, &cx.ty(update).shape)?;
+    let scatter = ScatterElements { axis: axis as i32, reduction: ScatterReduction::None };
+    Ok(vec![cx.add1(scatter, &[cache, idx, update])?])
 }

@@ -1,7 +1,8 @@
 //! ONNX ops onto rlx ops, one module per op family. Each module lists its converters in a
-//! `CONVERTERS` table of `(op_type, function)`; [`converter`] looks an op type up in all of
-//! them. A converter reads the node's attributes per the model's opset and appends rlx ops
-//! through [`Cx`]; composite ONNX ops lower to several rlx ops.
+//! `CONVERTERS` table of `(op_type, function)` per ONNX domain; [`converter`] looks an op type
+//! up in the tables of its domain. A converter reads the node's attributes per the opset the
+//! model imports for that domain and appends rlx ops through [`Cx`]; composite ONNX ops lower
+//! to several rlx ops.
 
 mod attention;
 mod conv;
@@ -9,17 +10,23 @@ mod einsum;
 mod elementwise;
 mod index;
 mod matmul;
+mod ml;
 mod norm;
 mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod rope;
 mod shape;
 mod signal;
 mod softmax;
+mod ssm;
+#[cfg(test)]
+mod testing;
+mod training;
 
 use super::build::Cx;
-use super::proto::{AttributeProto, NodeProto};
+use super::proto::{AttributeProto, NodeProto, OpsetId};
 use super::tensor::{decode, TensorData};
 use rlx_ir::{norm_axis, IrError, ValueId};
 use std::path::Path;
@@ -45,36 +52,46 @@ pub type OpResult<T> = Result<T, OpError>;
 /// trailing optional outputs are not produced).
 pub type Convert = fn(&mut Cx<'_>, &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>>;
 
-/// The converter for a default-domain op type.
-pub fn converter(op_type: &str) -> Option<Convert> {
-    [
-        elementwise::CONVERTERS,
-        matmul::CONVERTERS,
-        shape::CONVERTERS,
-        reduce::CONVERTERS,
-        index::CONVERTERS,
-        softmax::CONVERTERS,
-        norm::CONVERTERS,
-        conv::CONVERTERS,
-        attention::CONVERTERS,
-        resize::CONVERTERS,
-        rnn::CONVERTERS,
-        einsum::CONVERTERS,
-        quant::CONVERTERS,
-        signal::CONVERTERS,
-    ]
-    .iter()
-    .flat_map(|t| t.iter())
-    .find(|(name, _)| *name == op_type)
-    .map(|(_, f)| *f)
+/// The converter for `op_type` of `domain` (`""` or `ai.onnx` for the default domain).
+pub fn converter(domain: &str, op_type: &str) -> Option<Convert> {
+    let tables: &[&[(&str, Convert)]] = match domain {
+        "" | "ai.onnx" => DEFAULT_DOMAIN,
+        "ai.onnx.preview" => &[attention::PREVIEW],
+        "ai.onnx.preview.training" => &[training::CONVERTERS],
+        "ai.onnx.ml" => &[ml::CONVERTERS],
+        _ => return None,
+    };
+    tables.iter().flat_map(|t| t.iter()).find(|(name, _)| *name == op_type).map(|(_, f)| *f)
 }
 
-/// A node with its inputs resolved to rlx values and the opset in force.
+/// The converter tables of the default ONNX domain.
+const DEFAULT_DOMAIN: &[&[(&str, Convert)]] = &[
+    elementwise::CONVERTERS,
+    matmul::CONVERTERS,
+    shape::CONVERTERS,
+    reduce::CONVERTERS,
+    index::CONVERTERS,
+    softmax::CONVERTERS,
+    norm::CONVERTERS,
+    conv::CONVERTERS,
+    attention::CONVERTERS,
+    resize::CONVERTERS,
+    rnn::CONVERTERS,
+    einsum::CONVERTERS,
+    quant::CONVERTERS,
+    signal::CONVERTERS,
+    ssm::CONVERTERS,
+    rope::CONVERTERS,
+];
+
+/// A node with its inputs resolved to rlx values and the opset of its domain in force.
 pub struct OnnxNode<'n, 'a> {
     pub proto: &'n NodeProto<'a>,
     /// One entry per listed input; `None` for an omitted optional input (`""`).
     pub inputs: Vec<Option<ValueId>>,
     pub opset: i64,
+    /// Every opset the model imports, for graph attributes converted in place.
+    pub opsets: &'n [OpsetId],
     /// The model's folder, for tensor attributes with external data.
     pub base: Option<&'n Path>,
 }

@@ -1,4 +1,4 @@
-//! Normalizations: `BatchNormalization` (inference), `InstanceNormalization` and
+//! Normalizations: `BatchNormalization` (inference and training mode), `InstanceNormalization` and
 //! `GroupNormalization` (rlx `GroupNorm`), `LayerNormalization`, `RMSNormalization`,
 //! `LpNormalization` and `MeanVarianceNormalization` (lowered to reductions where ONNX
 //! normalizes over several axes or returns the statistics).
@@ -22,8 +22,11 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
 ];
 
 fn batch_norm(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
-    if n.int("training_mode", 0) != 0 || n.proto.output.iter().skip(1).any(|o| !o.is_empty()) {
-        return unsupported("training mode (running statistics outputs)");
+    if n.opset >= 14 && n.int("training_mode", 0) != 0 {
+        return batch_norm_training(cx, n);
+    }
+    if n.proto.output.iter().skip(1).any(|o| !o.is_empty()) {
+        return unsupported("the running statistics outputs of opsets before 14 (training_mode from opset 14 is supported)");
     }
     let x = n.input(0)?;
     let dt = cx.dtype(x);
@@ -33,6 +36,44 @@ fn batch_norm(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     }
     let eps = n.float("epsilon", 1e-5);
     Ok(vec![cx.add1(BatchNormInference { eps, axis: 1 }, &ins)?])
+}
+
+/// `BatchNormalization` with `training_mode = 1` (opsets 14/15): normalizes with the batch's
+/// mean and (biased) variance over every axis but the channels, and returns the running
+/// statistics `momentum·running + (1 − momentum)·batch`.
+fn batch_norm_training(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x0 = n.input(0)?;
+    let dims = cx.dims(x0)?;
+    let [_, c, ..] = dims[..] else { return Err(OpError::Invalid(format!("input {dims:?} needs a channel axis"))) };
+    let dt = cx.dtype(x0);
+    let x = cast_to(cx, x0, stash(cx, x0))?;
+    let axes: Vec<usize> = (0..dims.len()).filter(|&a| a != 1).collect();
+    let (mean, var) = moments(cx, x, &axes)?;
+    let ve = bin_scalar(cx, BinaryOp::Add, var, n.float("epsilon", 1e-5) as f64)?;
+    let inv = act(cx, ActivationKind::Rsqrt, ve)?;
+    let d = bin(cx, BinaryOp::Sub, x, mean)?;
+    let normed = bin(cx, BinaryOp::Mul, d, inv)?;
+    let normed = cast_to(cx, normed, dt)?;
+    let mut per_channel = vec![1; dims.len()];
+    per_channel[1] = c;
+    let scale = reshape_static(cx, n.input(1)?, &per_channel)?;
+    let bias = reshape_static(cx, n.input(2)?, &per_channel)?;
+    let scale = cast_to(cx, scale, dt)?;
+    let bias = cast_to(cx, bias, dt)?;
+    let y = bin(cx, BinaryOp::Mul, normed, scale)?;
+    let y = bin(cx, BinaryOp::Add, y, bias)?;
+    let momentum = n.float("momentum", 0.9) as f64;
+    let running = |cx: &mut Cx<'_>, old: ValueId, batch: ValueId| -> OpResult<ValueId> {
+        let batch = reshape_static(cx, batch, &[c])?;
+        let old_dt = cx.dtype(old);
+        let batch = cast_to(cx, batch, old_dt)?;
+        let kept = bin_scalar(cx, BinaryOp::Mul, old, momentum)?;
+        let new = bin_scalar(cx, BinaryOp::Mul, batch, 1.0 - momentum)?;
+        bin(cx, BinaryOp::Add, kept, new)
+    };
+    let running_mean = running(cx, n.input(3)?, mean)?;
+    let running_var = running(cx, n.input(4)?, var)?;
+    Ok(vec![y, running_mean, running_var])
 }
 
 fn instance_norm(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
