@@ -16,7 +16,8 @@ The models differ in what rlx must configure: `llama` (bf16, rope_scaling llama3
 legacy `rope_theta`/`rope_scaling` form, attention and MLP biases, untied head), `qwen2` (f16,
 q/k/v biases, YaRN, tied), `qwen3` (f32, QK-norm, head_dim ≠ hidden/heads, linear scaling),
 `gemma3_text` (bf16, GeGLU, (1+w) norms, pre/post norms, embedding scale, query_pre_attn_scalar,
-both softcaps, sliding window 4 < sequence, local rope base). Weights are redrawn larger than
+final logit softcap, sliding window 4 < sequence, local rope base; `attn_logit_softcapping` is
+set too, and transformers' Gemma3 does not apply it). Weights are redrawn larger than
 the initialisers' (so norms, biases and softcaps all matter) and rounded to the stored dtype
 before the reference runs. The tokenizers: Llama-3 split regex + `ignore_merges` + BOS template
 (llama), NFC + Qwen2 regex (qwen2, qwen3), individual digits + GPT-2 byte-level regex (gemma3's

@@ -315,7 +315,7 @@ impl Builder<'_> {
 
     /// RMSNorm of each `head_dim`-wide head of `x [S, heads·head_dim]` with the gain `name`.
     fn head_norm(&mut self, name: &str, x: ValueId, heads: usize, hd: usize, eps: f32) -> Result<ValueId> {
-        let x = self.g.reshape(x, &[-1, hd as i64])?;
+        let x = self.g.reshape(x, &[-1, heads as i64, hd as i64])?;
         let x = self.rms_norm(name, x, eps)?;
         Ok(self.g.reshape(x, &[-1, (heads * hd) as i64])?)
     }

@@ -43,9 +43,9 @@ impl HfModel {
     pub fn open(dir: &Path, progress: impl FnMut(usize, usize)) -> Result<HfModel> {
         let cfg = HfConfig::read(&dir.join("config.json"))?;
         let mut tokenizer = BpeTokenizer::from_tokenizer_json(&dir.join("tokenizer.json"))?;
-        let special = read_json(&dir.join("tokenizer_config.json")).ok().and_then(|t| {
+        let special = read_json(&dir.join("tokenizer_config.json")).ok().map(|t| {
             let named = |key: &str| t.get(key).and_then(|v| v.as_str().or_else(|| v.get("content").and_then(Value::as_str))).map(str::to_string);
-            Some((named("eos_token"), named("bos_token"), t.get("add_bos_token").and_then(Value::as_bool)))
+            (named("eos_token"), named("bos_token"), t.get("add_bos_token").and_then(Value::as_bool))
         });
         if let Some((eos, bos, add_bos)) = special {
             tokenizer.eos = tokenizer.eos.or(eos.and_then(|t| tokenizer.token_id(&t)));
@@ -164,7 +164,9 @@ impl HfConfig {
             ffn_act,
             embed_scale: gemma.then(|| (d_model as f32).sqrt()),
             attn_scale: None,
-            attn_softcap: softcap("attn_logit_softcapping")?,
+            // transformers' Gemma3 attention leaves `attn_logit_softcapping` unapplied (QK-norm
+            // took its place); the checkpoints were trained that way.
+            attn_softcap: None,
             final_softcap: softcap("final_logit_softcapping")?,
             sliding: None,
         };
