@@ -180,9 +180,10 @@ impl Llama {
             let q = b.bias(var.qkv_bias, &p("attn_q.bias"), q)?;
             let k = b.bias(var.qkv_bias, &p("attn_k.bias"), k)?;
             let v = b.bias(var.qkv_bias, &p("attn_v.bias"), v)?;
-            let (q, k) = match var.qk_norm {
-                true => (b.head_norm(&p("attn_q_norm.weight"), q, h, hd, c.eps)?, b.head_norm(&p("attn_k_norm.weight"), k, hkv, hd, c.eps)?),
-                false => (q, k),
+            let (q, k) = if var.qk_norm {
+                (b.head_norm(&p("attn_q_norm.weight"), q, h, hd, c.eps)?, b.head_norm(&p("attn_k_norm.weight"), k, hkv, hd, c.eps)?)
+            } else {
+                (q, k)
             };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
