@@ -1,8 +1,8 @@
-//! `rlx generate`: text from a GGUF Llama-family model, streamed as it is sampled, with the
-//! prefill and decode speeds.
+//! `rlx generate`: text from a Llama-family model (a GGUF file or a Hugging Face checkpoint
+//! folder), streamed as it is sampled, with the prefill and decode speeds.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use rlx::models::llama::{GgufModel, Generator, Llama, Sampling};
+use rlx::models::llama::{GgufModel, Generator, HfModel, Llama, Sampling};
 use rlx::{Device, Session};
 use std::error::Error;
 use std::io::Write;
@@ -21,21 +21,27 @@ pub struct GenerateOptions {
 pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
     let bar = ProgressBar::new(0).with_style(ProgressStyle::with_template("loading {msg} {bar:30} {pos}/{len} tensors")?);
     bar.set_message(o.model.display().to_string());
-    let file = GgufModel::open(&o.model, |done, total| {
+    let progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    })?;
+    };
+    let (tok, config, weights) = if o.model.is_dir() {
+        let m = HfModel::open(&o.model, progress)?;
+        (m.tokenizer, m.config, m.weights)
+    } else {
+        let m = GgufModel::open(&o.model, progress)?;
+        (m.tokenizer, m.config, m.weights)
+    };
     bar.finish_and_clear();
-    let prompt = file.tokenizer.encode(&o.prompt, true);
+    let prompt = tok.encode(&o.prompt, true);
     if prompt.is_empty() {
         return Err("the prompt has no tokens".into());
     }
-    let capacity = (prompt.len() + o.n).min(file.config.context.max(prompt.len() + 1));
-    let model = Llama::build(&file.config, &file.weights, capacity)?;
-    drop(file.weights);
+    let capacity = (prompt.len() + o.n).min(config.context.max(prompt.len() + 1));
+    let model = Llama::build(&config, &weights, capacity)?;
+    drop(weights);
     let session = Session::new(Device::Cpu)?;
     let mut gen = Generator::new(model, &session)?;
-    let tok = file.tokenizer;
     let mut pending: Vec<u8> = Vec::new();
     let mut out = std::io::stdout();
     print!("{}", o.prompt);

@@ -37,9 +37,9 @@ enum Command {
     },
     /// Run an ONNX model on .npy inputs (the conformance runner's protocol), or --bench it.
     OnnxRun(rlx_cli::onnx_run::OnnxRunArgs),
-    /// Generate text with a GGUF Llama-family model (SmolLM2), streaming tokens as they come.
+    /// Generate text with a Llama-family model (SmolLM2, Qwen2/3, Gemma3), streaming tokens as they come.
     Generate {
-        /// The .gguf file.
+        /// The .gguf file, or a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json).
         #[arg(long)]
         model: std::path::PathBuf,
         /// The prompt, verbatim (`<|im_start|>`-style special tokens are recognised).

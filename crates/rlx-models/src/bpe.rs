@@ -1,11 +1,14 @@
 //! Byte-level BPE (GPT-2 style) as llama.cpp runs it for GGUF files whose
-//! `tokenizer.ggml.model` is `gpt2`: text → special-token split → pre-tokenizer regexes →
-//! bytes mapped to GPT-2's printable characters → merges by rank → ids; decoding maps back.
+//! `tokenizer.ggml.model` is `gpt2`, and as Hugging Face `tokenizers` runs a byte-level BPE
+//! tokenizer.json ([`BpeTokenizer::from_tokenizer_json`]): text → special-token split → (NFC) →
+//! pre-tokenizer regexes → bytes mapped to GPT-2's printable characters → merges by rank → ids;
+//! decoding maps back.
 
 use crate::error::{ModelError, Result};
 use fancy_regex::Regex;
 use rlx_io::{GgufFile, GgufValue};
 use std::collections::HashMap;
+use unicode_normalization::UnicodeNormalization;
 
 /// ggml's token types (`tokenizer.ggml.token_type`).
 const TYPE_CONTROL: i32 = 3;
@@ -14,7 +17,7 @@ const TYPE_USER_DEFINED: i32 = 4;
 /// The GPT-2 word regex (contractions, letters, digits, other symbols, trailing whitespace).
 const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 
-/// A byte-level BPE tokenizer read from GGUF metadata.
+/// A byte-level BPE tokenizer read from GGUF metadata or a tokenizer.json.
 pub struct BpeTokenizer {
     tokens: Vec<String>,
     ids: HashMap<String, u32>,
@@ -24,6 +27,10 @@ pub struct BpeTokenizer {
     is_control: Vec<bool>,
     /// Applied in order; each splits every piece the previous one left.
     pre: Vec<Regex>,
+    /// Text between special tokens is NFC-normalized first (Qwen2's tokenizer.json).
+    nfc: bool,
+    /// A word that is a whole vocabulary token is taken as is, unmerged (Llama 3).
+    ignore_merges: bool,
     byte_char: [char; 256],
     char_byte: HashMap<char, u8>,
     pub bos: Option<u32>,
@@ -31,6 +38,24 @@ pub struct BpeTokenizer {
     /// Whether `encode` puts `bos` first (`tokenizer.ggml.add_bos_token`).
     pub add_bos: bool,
     /// The Jinja chat template, when the file carries one.
+    pub chat_template: Option<String>,
+}
+
+/// What a source gives the BPE core: the vocabulary by id, merges by rank, which ids are
+/// special, and how text is split.
+pub(crate) struct BpeParts {
+    pub tokens: Vec<String>,
+    pub merges: Vec<(String, String)>,
+    /// Ids matched verbatim in text (control and user-defined tokens).
+    pub specials: Vec<u32>,
+    /// Per id: a control token, left out of decoded text unless asked for.
+    pub is_control: Vec<bool>,
+    pub pre: Vec<String>,
+    pub nfc: bool,
+    pub ignore_merges: bool,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub add_bos: bool,
     pub chat_template: Option<String>,
 }
 
@@ -91,41 +116,66 @@ impl BpeTokenizer {
         };
         let pre_name = gguf.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
         let pre = pre_regexes(pre_name)
-            .ok_or_else(|| ModelError::Unsupported(format!("{}: pre-tokenizer `{pre_name}` is not known", gguf.path().display())))?
-            .into_iter()
+            .ok_or_else(|| ModelError::Unsupported(format!("{}: pre-tokenizer `{pre_name}` is not known", gguf.path().display())))?;
+        let merges = merges
+            .iter()
+            .enumerate()
+            .map(|(rank, m)| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| ModelError::metadata(gguf, "tokenizer.ggml.merges", &format!("`left right` pairs, entry {rank} is `{m}`")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        BpeTokenizer::from_parts(BpeParts {
+            specials: (0..tokens.len() as u32).filter(|&i| matches!(types[i as usize], TYPE_CONTROL | TYPE_USER_DEFINED)).collect(),
+            is_control: types.iter().map(|&t| t == TYPE_CONTROL).collect(),
+            tokens,
+            merges,
+            pre: pre.into_iter().map(str::to_string).collect(),
+            nfc: false,
+            ignore_merges: false,
+            bos: optional_id(gguf, "tokenizer.ggml.bos_token_id"),
+            eos: optional_id(gguf, "tokenizer.ggml.eos_token_id"),
+            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(false),
+            chat_template: gguf.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string),
+        })
+    }
+
+    /// The tokenizer of `parts`, its regexes compiled.
+    pub(crate) fn from_parts(p: BpeParts) -> Result<BpeTokenizer> {
+        let pre = p
+            .pre
+            .iter()
             .map(|r| Regex::new(r).map_err(|e| ModelError::Unsupported(format!("pre-tokenizer regex {r}: {e}"))))
             .collect::<Result<Vec<_>>>()?;
-        let mut ranks = HashMap::with_capacity(merges.len());
-        for (rank, m) in merges.iter().enumerate() {
-            let (a, b) = m
-                .split_once(' ')
-                .ok_or_else(|| ModelError::metadata(gguf, "tokenizer.ggml.merges", &format!("`left right` pairs, entry {rank} is `{m}`")))?;
-            ranks.entry((a.to_string(), b.to_string())).or_insert(rank);
+        let mut ranks = HashMap::with_capacity(p.merges.len());
+        for (rank, pair) in p.merges.into_iter().enumerate() {
+            ranks.entry(pair).or_insert(rank);
         }
-        let ids: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let mut specials: Vec<(String, u32)> = tokens
+        let ids: HashMap<String, u32> = p.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let mut specials: Vec<(String, u32)> = p
+            .specials
             .iter()
-            .zip(&types)
-            .enumerate()
-            .filter(|(_, (t, &ty))| (ty == TYPE_CONTROL || ty == TYPE_USER_DEFINED) && !t.is_empty())
-            .map(|(i, (t, _))| (t.clone(), i as u32))
+            .filter_map(|&i| p.tokens.get(i as usize).filter(|t| !t.is_empty()).map(|t| (t.clone(), i)))
             .collect();
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         let byte_char = byte_chars();
         let char_byte = byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         Ok(BpeTokenizer {
-            is_control: types.iter().map(|&t| t == TYPE_CONTROL).collect(),
-            tokens,
+            is_control: p.is_control,
+            tokens: p.tokens,
             ids,
             ranks,
             specials,
             pre,
+            nfc: p.nfc,
+            ignore_merges: p.ignore_merges,
             byte_char,
             char_byte,
-            bos: optional_id(gguf, "tokenizer.ggml.bos_token_id"),
-            eos: optional_id(gguf, "tokenizer.ggml.eos_token_id"),
-            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(false),
-            chat_template: gguf.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string),
+            bos: p.bos,
+            eos: p.eos,
+            add_bos: p.add_bos,
+            chat_template: p.chat_template,
         })
     }
 
@@ -183,6 +233,13 @@ impl BpeTokenizer {
         if text.is_empty() {
             return;
         }
+        let normalized: String;
+        let text = if self.nfc {
+            normalized = text.nfc().collect();
+            normalized.as_str()
+        } else {
+            text
+        };
         let mut pieces = vec![text];
         for re in &self.pre {
             pieces = pieces.into_iter().flat_map(|p| split_keeping(re, p)).collect();
@@ -196,6 +253,12 @@ impl BpeTokenizer {
     /// (leftmost first at equal rank); a symbol outside the vocabulary falls back to its bytes.
     fn encode_word(&self, word: &str, out: &mut Vec<u32>) {
         let mut symbols: Vec<String> = word.bytes().map(|b| self.byte_char[b as usize].to_string()).collect();
+        if self.ignore_merges {
+            if let Some(&id) = self.ids.get(&symbols.concat()) {
+                out.push(id);
+                return;
+            }
+        }
         loop {
             let best = symbols
                 .windows(2)

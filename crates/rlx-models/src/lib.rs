@@ -7,6 +7,7 @@ pub mod cnn;
 mod error;
 pub mod gpt;
 pub mod llama;
+mod tokenizer_json;
 pub mod wordpiece;
 
 pub use error::{ModelError, Result};

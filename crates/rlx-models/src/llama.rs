@@ -1,7 +1,8 @@
 //! Llama-family decoders (Llama, SmolLM2) as rlx graphs, configured and loaded from GGUF files:
 //! RMSNorm, rotary embeddings, grouped-query attention, a SwiGLU feed-forward, and an output
 //! head tied to the token embedding when the file has no `output.weight`. Weights stay in their
-//! GGUF blocks and run through `DequantMatMul`; norms are F32.
+//! GGUF blocks and run through `DequantMatMul`; norms are F32. Hugging Face checkpoint folders
+//! ([`hf`]) feed the same builder, with Qwen2/Qwen3/Gemma3's differences as [`Variant`] fields.
 //!
 //! One graph serves prefill and decode: it reads `tokens [S]` at positions `pos..pos+S`, writes
 //! their keys and values into per-layer caches held as graph state (`KvAppend` on a parameter,
@@ -9,10 +10,14 @@
 
 mod config;
 mod generate;
+pub mod hf;
+mod variant;
 mod weights;
 
 pub use config::LlamaConfig;
 pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
+pub use hf::HfModel;
+pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
 pub use weights::{Stored, Weights};
 
 use crate::bpe::BpeTokenizer;
@@ -32,6 +37,11 @@ pub const ROPE_COS: &str = "rope_cos";
 pub const ROPE_SIN: &str = "rope_sin";
 /// `[S, capacity]` additive attention mask: 0 where a token may see a cache slot, −1e9 elsewhere.
 pub const MASK: &str = "mask";
+/// The sliding-window layers' rope tables and mask, present when the config has such layers
+/// (the tables only when those layers have their own rope base).
+pub const ROPE_COS_LOCAL: &str = "rope_cos_local";
+pub const ROPE_SIN_LOCAL: &str = "rope_sin_local";
+pub const MASK_LOCAL: &str = "mask_local";
 /// `[1]` I64: the cache slot of the first token.
 pub const POS: &str = "pos";
 /// `[R]` I64: the rows of the sequence whose logits are computed (the last one when decoding).
@@ -75,6 +85,8 @@ struct Builder<'w> {
     g: Graph,
     w: &'w Weights,
     params: Vec<(String, Tensor)>,
+    /// RMSNorm gains are stored as offsets from 1.
+    norm_plus_one: bool,
 }
 
 impl Builder<'_> {
@@ -110,7 +122,13 @@ impl Builder<'_> {
     }
 
     fn rms_norm(&mut self, name: &str, x: ValueId, eps: f32) -> Result<ValueId> {
-        let gamma = self.vector(name)?;
+        let gamma = if self.norm_plus_one {
+            let mut t = self.w.f32(name)?;
+            t.as_mut_slice::<f32>()?.iter_mut().for_each(|v| *v += 1.0);
+            self.param(name, t)
+        } else {
+            self.vector(name)?
+        };
         let d = self.g.ty(gamma).shape.numel().unwrap_or(0);
         let beta = self.g.constant_f32(&[d], &vec![0.0; d])?;
         Ok(self.g.rms_norm(x, gamma, beta, -1, eps)?)
@@ -121,7 +139,8 @@ impl Llama {
     /// Builds the decoder of `config` over `weights`, with KV caches of `capacity` positions.
     pub fn build(config: &LlamaConfig, weights: &Weights, capacity: usize) -> Result<Llama> {
         let c = config;
-        let mut b = Builder { g: Graph::new(), w: weights, params: Vec::new() };
+        let var = &c.variant;
+        let mut b = Builder { g: Graph::new(), w: weights, params: Vec::new(), norm_plus_one: var.norm_plus_one };
         let s = Dim::sym("S");
         let f32_ty = |dims: Vec<Dim>| TensorType::new(DType::F32, Shape(dims));
         let tokens = b.g.input(TOKENS, TensorType::new(DType::I64, Shape(vec![s.clone()])));
@@ -130,20 +149,42 @@ impl Llama {
         let mask = b.g.input(MASK, f32_ty(vec![s.clone(), Dim::Static(capacity)]));
         let pos = b.g.input(POS, TensorType::new(DType::I64, Shape(vec![Dim::Static(1)])));
         let out_rows = b.g.input(OUT_ROWS, TensorType::new(DType::I64, Shape(vec![Dim::sym("R")])));
+        let local = var.sliding.as_ref();
+        let (cos_local, sin_local) = match local.and_then(|w| w.rope_base) {
+            Some(_) => (
+                b.g.input(ROPE_COS_LOCAL, f32_ty(vec![s.clone(), Dim::Static(c.rope_dim / 2)])),
+                b.g.input(ROPE_SIN_LOCAL, f32_ty(vec![s.clone(), Dim::Static(c.rope_dim / 2)])),
+            ),
+            None => (cos, sin),
+        };
+        let mask_local = if local.is_some() { b.g.input(MASK_LOCAL, f32_ty(vec![s.clone(), Dim::Static(capacity)])) } else { mask };
 
         let table = weights.embedding_table("token_embd.weight")?;
         let table = b.param("token_embd.table", table);
         let mut x = b.g.gather(table, tokens, 0)?;
+        if let Some(scale) = var.embed_scale {
+            x = b.scale(x, scale)?;
+        }
         let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
         let group = h / hkv;
         let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
-        let attn = Attention::new(h, hd, MaskKind::Bias);
+        let attn = Attention { score_scale: var.attn_scale, attn_logit_softcap: var.attn_softcap, ..Attention::new(h, hd, MaskKind::Bias) };
         for l in 0..c.layers {
             let p = |n: &str| format!("blk.{l}.{n}");
+            let slides = local.is_some_and(|w| w.layers.get(l) == Some(&true));
+            let (cos, sin, mask) = if slides { (cos_local, sin_local, mask_local) } else { (cos, sin, mask) };
             let a = b.rms_norm(&p("attn_norm.weight"), x, c.eps)?;
             let q = b.linear(&p("attn_q.weight"), a)?;
             let k = b.linear(&p("attn_k.weight"), a)?;
             let v = b.linear(&p("attn_v.weight"), a)?;
+            let q = b.bias(var.qkv_bias, &p("attn_q.bias"), q)?;
+            let k = b.bias(var.qkv_bias, &p("attn_k.bias"), k)?;
+            let v = b.bias(var.qkv_bias, &p("attn_v.bias"), v)?;
+            let (q, k) = if var.qk_norm {
+                (b.head_norm(&p("attn_q_norm.weight"), q, h, hd, c.eps)?, b.head_norm(&p("attn_k_norm.weight"), k, hkv, hd, c.eps)?)
+            } else {
+                (q, k)
+            };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
             let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
@@ -154,19 +195,29 @@ impl Llama {
             let o = b.g.transpose(o, &[0, 2, 1, 3])?;
             let o = b.g.reshape(o, &[-1, (h * hd) as i64])?;
             let o = b.linear(&p("attn_output.weight"), o)?;
+            let o = b.bias(var.o_bias, &p("attn_output.bias"), o)?;
+            let o = if var.post_norms { b.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };
             x = b.g.binary(BinaryOp::Add, x, o)?;
             let f = b.rms_norm(&p("ffn_norm.weight"), x, c.eps)?;
             let gate = b.linear(&p("ffn_gate.weight"), f)?;
-            let gate = b.g.activation(ActivationKind::Silu, gate)?;
+            let gate = b.bias(var.ffn_bias, &p("ffn_gate.bias"), gate)?;
+            let gate = b.g.activation(var.ffn_act, gate)?;
             let up = b.linear(&p("ffn_up.weight"), f)?;
+            let up = b.bias(var.ffn_bias, &p("ffn_up.bias"), up)?;
             let f = b.g.binary(BinaryOp::Mul, gate, up)?;
             let f = b.linear(&p("ffn_down.weight"), f)?;
+            let f = b.bias(var.ffn_bias, &p("ffn_down.bias"), f)?;
+            let f = if var.post_norms { b.rms_norm(&p("post_ffw_norm.weight"), f, c.eps)? } else { f };
             x = b.g.binary(BinaryOp::Add, x, f)?;
         }
         let x = b.g.gather(x, out_rows, 0)?;
         let x = b.rms_norm("output_norm.weight", x, c.eps)?;
         let head = if weights.has("output.weight") { "output.weight" } else { "token_embd.weight" };
         let logits = b.linear(head, x)?;
+        let logits = match var.final_softcap {
+            Some(cap) => b.softcap(logits, cap)?,
+            None => logits,
+        };
         b.g.set_outputs(vec![logits])?;
         Ok(Llama { config: c.clone(), graph: b.g, logits, params: b.params, capacity })
     }
@@ -189,30 +240,55 @@ impl Llama {
                 "{s} tokens at position {pos} do not fit the KV cache of {cap} positions"
             )));
         }
-        let half = self.config.rope_dim / 2;
-        let (mut cos, mut sin) = (Vec::with_capacity(s * half), Vec::with_capacity(s * half));
-        for p in pos..pos + s {
-            for i in 0..half {
-                let theta = p as f64 * self.config.rope_base.powf(-2.0 * i as f64 / self.config.rope_dim as f64);
-                cos.push(theta.cos() as f32);
-                sin.push(theta.sin() as f32);
-            }
-        }
+        let c = &self.config;
+        let half = c.rope_dim / 2;
+        let (cos, sin) = rope_tables(c.rope_base, c.rope_dim, &c.variant.rope_scaling, pos, s);
         let mut mask = vec![HIDDEN; s * cap];
         for (i, row) in mask.chunks_mut(cap).enumerate() {
             row[..=pos + i].fill(0.0);
         }
         let rows: Vec<i64> = (s - logit_rows.clamp(1, s)..s).map(|r| r as i64).collect();
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-        Ok(vec![
+        let mut local = Vec::new();
+        if let Some(w) = &c.variant.sliding {
+            if let Some(base) = w.rope_base {
+                let (cos, sin) = rope_tables(base, c.rope_dim, &RopeScaling::None, pos, s);
+                local.push((ROPE_COS_LOCAL, Tensor::from_vec(cos, &[s, half])?));
+                local.push((ROPE_SIN_LOCAL, Tensor::from_vec(sin, &[s, half])?));
+            }
+            let mut mask = vec![HIDDEN; s * cap];
+            for (i, row) in mask.chunks_mut(cap).enumerate() {
+                let q = pos + i;
+                row[(q + 1).saturating_sub(w.window)..=q].fill(0.0);
+            }
+            local.push((MASK_LOCAL, Tensor::from_vec(mask, &[s, cap])?));
+        }
+        Ok([
             (TOKENS, Tensor::from_vec(ids, &[s])?),
             (ROPE_COS, Tensor::from_vec(cos, &[s, half])?),
             (ROPE_SIN, Tensor::from_vec(sin, &[s, half])?),
             (MASK, Tensor::from_vec(mask, &[s, cap])?),
             (POS, Tensor::from_vec(vec![pos as i64], &[1])?),
             (OUT_ROWS, Tensor::from_vec(rows.clone(), &[rows.len()])?),
-        ])
+        ]
+        .into_iter()
+        .chain(local)
+        .collect())
     }
+}
+
+/// `[s, n_rot/2]` cos and sin tables of positions `pos..pos + s` (f64 angles, rounded once).
+fn rope_tables(base: f64, n_rot: usize, scaling: &RopeScaling, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
+    let (freqs, factor) = inverse_frequencies(base, n_rot, scaling);
+    let (mut cos, mut sin) = (Vec::with_capacity(s * freqs.len()), Vec::with_capacity(s * freqs.len()));
+    for p in pos..pos + s {
+        for f in &freqs {
+            let theta = p as f64 * f;
+            cos.push((theta.cos() * factor) as f32);
+            sin.push((theta.sin() * factor) as f32);
+        }
+    }
+    (cos, sin)
 }
 
 impl Builder<'_> {
@@ -227,6 +303,35 @@ impl Builder<'_> {
         let x = self.g.transpose(x, &[0, 2, 1, 3])?;
         let cache = self.param(name, Tensor::zeros(DType::F32, &[1, heads, capacity, hd]));
         Ok(self.g.kv_append_at(cache, x, pos, 2)?)
+    }
+
+    /// `x + bias` with the vector `name` when `present`, else `x`.
+    fn bias(&mut self, present: bool, name: &str, x: ValueId) -> Result<ValueId> {
+        if !present {
+            return Ok(x);
+        }
+        let b = self.vector(name)?;
+        Ok(self.g.binary(BinaryOp::Add, x, b)?)
+    }
+
+    /// RMSNorm of each `head_dim`-wide head of `x [S, heads·head_dim]` with the gain `name`.
+    fn head_norm(&mut self, name: &str, x: ValueId, heads: usize, hd: usize, eps: f32) -> Result<ValueId> {
+        let x = self.g.reshape(x, &[-1, heads as i64, hd as i64])?;
+        let x = self.rms_norm(name, x, eps)?;
+        Ok(self.g.reshape(x, &[-1, (heads * hd) as i64])?)
+    }
+
+    /// `x · s` for a constant `s`.
+    fn scale(&mut self, x: ValueId, s: f32) -> Result<ValueId> {
+        let s = self.g.constant_f32(&[1], &[s])?;
+        Ok(self.g.binary(BinaryOp::Mul, x, s)?)
+    }
+
+    /// `cap · tanh(x / cap)`.
+    fn softcap(&mut self, x: ValueId, cap: f32) -> Result<ValueId> {
+        let x = self.scale(x, 1.0 / cap)?;
+        let x = self.g.activation(ActivationKind::Tanh, x)?;
+        self.scale(x, cap)
     }
 }
 

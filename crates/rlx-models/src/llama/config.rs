@@ -1,6 +1,7 @@
 //! The architecture's sizes and switches, read from GGUF metadata (`<arch>.*` keys).
 
 use super::gguf_rope_style;
+use super::Variant;
 use crate::error::{ModelError, Result};
 use rlx_io::{GgufFile, GgufValue};
 use rlx_ir::ops::attention::RopeStyle;
@@ -25,6 +26,8 @@ pub struct LlamaConfig {
     pub rope_dim: usize,
     pub rope_style: RopeStyle,
     pub eps: f32,
+    /// What this family member changes from plain Llama.
+    pub variant: Variant,
 }
 
 impl LlamaConfig {
@@ -88,6 +91,7 @@ impl LlamaConfig {
             rope_base: float("rope.freq_base", 10_000.0)?,
             rope_dim,
             eps: float("attention.layer_norm_rms_epsilon", 1e-5)? as f32,
+            variant: Variant::default(),
             arch,
         })
     }
