@@ -21,7 +21,7 @@ use rlx_io::GgufFile;
 use std::path::Path;
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeStyle};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
-use rlx_ir::ops::quant::{DequantMatMul, QuantScheme};
+use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
 use rlx_ir::{DType, Dim, Graph, Shape, TensorType, ValueId};
 use rlx_runtime::{CompiledGraph, Session, Tensor};
 
@@ -99,7 +99,8 @@ impl Builder<'_> {
                 let n = shape[0];
                 let (ty, bytes) = (*ty, bytes.clone());
                 let w = self.param(name, bytes);
-                Ok(self.g.dequant_matmul(DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: Some(n) }, x, &[w])?)
+                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: Some(n), activations: llama_cpp_activations(ty) };
+                Ok(self.g.dequant_matmul(attrs, x, &[w])?)
             }
             Stored::F32(t) => {
                 let kn = weights::transposed(t).map_err(|e| ModelError::Unsupported(format!("tensor `{name}`: {e}")))?;
@@ -227,6 +228,15 @@ impl Builder<'_> {
         let x = self.g.transpose(x, &[0, 2, 1, 3])?;
         let cache = self.param(name, Tensor::zeros(DType::F32, &[1, heads, capacity, hd]));
         Ok(self.g.kv_append_at(cache, x, pos, 2)?)
+    }
+}
+
+/// The product llama.cpp's CPU backend computes for weights of type `t`: 8-bit activation
+/// blocks against the 32-value block types, exact float activations otherwise.
+fn llama_cpp_activations(t: GgufType) -> Activations {
+    match t {
+        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0 => Activations::Q8Blocks,
+        _ => Activations::Exact,
     }
 }
 

@@ -131,7 +131,7 @@ unsafe fn columns(_: GgufType, _: &[u8], _: &[f32], _: &[f32], _: usize, _: &mut
 /// An IEEE half at `p` as f32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16(p: *const u8) -> f32 {
+pub(super) unsafe fn f16(p: *const u8) -> f32 {
     let h = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
@@ -159,7 +159,7 @@ unsafe fn q8_codes(p: *const u8) -> [__m256; 4] {
 /// The sum of the 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
