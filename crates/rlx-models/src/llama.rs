@@ -4,9 +4,12 @@
 //! GGUF blocks and run through `DequantMatMul`; norms are F32.
 //!
 //! One graph serves prefill and decode: it reads `tokens [S]` at positions `pos..pos+S`, writes
-//! their keys and values into per-layer caches held as graph state (`KvAppend` on a parameter,
-//! updated in place by the backend), and attends over the cache under an additive mask.
+//! their keys and values into per-layer f16 caches held as graph state (`KvAppend` on a
+//! parameter, updated in place by the backend), and attends over the cache under an additive
+//! mask. Products round as llama.cpp's CPU backend does (8-bit activation blocks against the
+//! 32-value weight types, f16 cache and attention operands; [`attention`]).
 
+mod attention;
 mod config;
 mod generate;
 mod weights;
@@ -19,7 +22,7 @@ use crate::bpe::BpeTokenizer;
 use crate::error::{ModelError, Result};
 use rlx_io::GgufFile;
 use std::path::Path;
-use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeStyle};
+use rlx_ir::ops::attention::{Rope, RopeStyle};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
 use rlx_ir::{DType, Dim, Graph, Shape, TensorType, ValueId};
@@ -135,10 +138,8 @@ impl Llama {
         let table = weights.embedding_table("token_embd.weight")?;
         let table = b.param("token_embd.table", table);
         let mut x = b.g.gather(table, tokens, 0)?;
-        let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
-        let group = h / hkv;
-        let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
-        let attn = Attention::new(h, hd, MaskKind::Bias);
+        let heads = attention::Heads { q: c.heads, kv: c.kv_heads, dim: c.head_dim };
+        let rope = Rope { head_dim: c.head_dim, n_rot: c.rope_dim, style: c.rope_style };
         for l in 0..c.layers {
             let p = |n: &str| format!("blk.{l}.{n}");
             let a = b.rms_norm(&p("attn_norm.weight"), x, c.eps)?;
@@ -147,13 +148,7 @@ impl Llama {
             let v = b.linear(&p("attn_v.weight"), a)?;
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
-            let v = b.cache(&p("v_cache"), v, pos, (hkv, group, hd), capacity)?;
-            let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
-            let q = b.g.transpose(q, &[0, 2, 1, 3])?;
-            let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
-            let o = b.g.transpose(o, &[0, 2, 1, 3])?;
-            let o = b.g.reshape(o, &[-1, (h * hd) as i64])?;
+            let o = b.cached_attention(&p(""), (q, k, v), (pos, mask), &heads, capacity)?;
             let o = b.linear(&p("attn_output.weight"), o)?;
             x = b.g.binary(BinaryOp::Add, x, o)?;
             let f = b.rms_norm(&p("ffn_norm.weight"), x, c.eps)?;
@@ -192,11 +187,15 @@ impl Llama {
         }
         let half = self.config.rope_dim / 2;
         let (mut cos, mut sin) = (Vec::with_capacity(s * half), Vec::with_capacity(s * half));
+        // llama.cpp's angles: the position times f32 powers of base^(−2/n_rot), built up by
+        // repeated f32 products.
+        let step = (self.config.rope_base as f32).powf(-2.0 / self.config.rope_dim as f32);
         for p in pos..pos + s {
-            for i in 0..half {
-                let theta = p as f64 * self.config.rope_base.powf(-2.0 * i as f64 / self.config.rope_dim as f64);
-                cos.push(theta.cos() as f32);
-                sin.push(theta.sin() as f32);
+            let mut theta = p as f32;
+            for _ in 0..half {
+                cos.push(theta.cos());
+                sin.push(theta.sin());
+                theta *= step;
             }
         }
         let mut mask = vec![HIDDEN; s * cap];
@@ -213,21 +212,6 @@ impl Llama {
             (POS, Tensor::from_vec(vec![pos as i64], &[1])?),
             (OUT_ROWS, Tensor::from_vec(rows.clone(), &[rows.len()])?),
         ])
-    }
-}
-
-impl Builder<'_> {
-    /// Writes this step's keys or values `x [S, H_kv·D]` into the cache `name`
-    /// (`[1, H, capacity, D]`, KV heads repeated for their query groups) at `pos`, and returns
-    /// the whole cache for attention.
-    fn cache(&mut self, name: &str, x: ValueId, pos: ValueId, (hkv, group, hd): (usize, usize, usize), capacity: usize) -> Result<ValueId> {
-        let heads = hkv * group;
-        let x = self.g.reshape(x, &[-1, hkv as i64, 1, hd as i64])?;
-        let x = self.g.expand(x, &[-1, hkv as i64, group as i64, hd as i64])?;
-        let x = self.g.reshape(x, &[1, -1, heads as i64, hd as i64])?;
-        let x = self.g.transpose(x, &[0, 2, 1, 3])?;
-        let cache = self.param(name, Tensor::zeros(DType::F32, &[1, heads, capacity, hd]));
-        Ok(self.g.kv_append_at(cache, x, pos, 2)?)
     }
 }
 
