@@ -175,7 +175,7 @@ pub(super) mod tests {
         let mut x: Vec<f32> = (0..len)
             .map(|_| {
                 let v = (next() % 20001) as f32 / 10000.0 - 1.0;
-                if next() % 97 == 0 { v * 40.0 } else { v }
+                if next().is_multiple_of(97) { v * 40.0 } else { v }
             })
             .collect();
         if len >= 2 * QK {
