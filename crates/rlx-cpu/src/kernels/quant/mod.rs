@@ -3,7 +3,9 @@
 //! of low-precision GEMM (`ScaledQuantScale`, `ScaledQuantize`).
 //!
 //! Activations are f32 or f64 (f16/bf16 are widened to f32); products accumulate in the
-//! activation's type and the F32 outputs are rounded once. Weights are decoded block by block
+//! activation's type and the F32 outputs are rounded once — except under
+//! `Activations::Q8Blocks`, where rows are rounded to 8-bit blocks and meet `Q4_0`/`Q4_1`/`Q8_0`
+//! weights in integer dot products as llama.cpp's do ([`q8`], [`q8_simd`]). Weights are decoded block by block
 //! inside the product ([`rows`]) and never materialized whole, except by `DequantMoEWeights`,
 //! whose result is the dequantized stack. The decoders themselves — ggml blocks, minifloats —
 //! are the schemes' semantics and live in rlx-ir (`rlx_ir::ops::quant::{gguf, minifloat}`).
