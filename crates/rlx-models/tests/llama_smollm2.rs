@@ -1,10 +1,14 @@
-//! SmolLM2-135M-Instruct (Q4_1 GGUF) against llama.cpp: prompt ids, the first steps' top
-//! logits, and 64 greedy tokens for five prompts (fixture: `tools/models/llama_fixtures.py
-//! generate`). Skipped when the model file is absent.
+//! SmolLM2-135M-Instruct (Q4_1 GGUF) against llama.cpp: prompt ids, the top-8 logits of every
+//! step with rlx fed llama.cpp's 64 greedy tokens, and where rlx's own greedy choice first
+//! differs, for five prompts (fixture: `tools/models/llama_fixtures.py generate`). Skipped when
+//! the model file is absent.
 //!
-//! The greedy paths agree token for token until a near-tie, where the two runtimes' rounding
-//! differs (see `LOGIT_TOLERANCE`); as measured, one prompt matches all 64 tokens and the
-//! others diverge at steps 0–46 with top-2 gaps of 0.05–0.22.
+//! rlx rounds as llama.cpp's CPU backend does (8-bit activation blocks, f16 cache and attention
+//! operands), yet the logits still differ by up to about 0.8: the model amplifies float-order
+//! differences through those roundings (llama.cpp itself moves its top logits by 0.44 when the
+//! rope base changes by 1e-5, and by 1.4 with an f32 cache). As measured, one prompt follows
+//! llama.cpp's 64 tokens and the others first pick differently at steps 0–29, where the two
+//! choices are 0.08–0.17 apart in llama.cpp's own logits.
 
 use rlx_cpu::CpuBackend;
 use rlx_io::GgufFile;
@@ -25,13 +29,12 @@ fn model() -> Option<PathBuf> {
     }
 }
 
-/// Largest difference allowed between rlx's and llama.cpp's top logits (values near 20–30).
-/// llama.cpp rounds activations to 8-bit blocks before its integer dot products and keeps
-/// the KV cache in f16; rlx multiplies f32 activations by the exactly decoded weights.
+/// Largest difference allowed between rlx's and llama.cpp's top logits (values near 20–35);
+/// measured up to 0.77 over all 64 steps of the five prompts.
 const LOGIT_TOLERANCE: f32 = 1.0;
 
-/// A divergence from llama.cpp's greedy path is accepted only at a near-tie: llama.cpp's token
-/// scores within this many logits of rlx's choice.
+/// A divergence from llama.cpp's greedy path is accepted only at a near-tie: rlx's choice
+/// scores within this many logits of llama.cpp's top one in llama.cpp's own logits.
 const NEAR_TIE: f32 = 0.3;
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -56,39 +59,35 @@ fn greedy_tokens_and_logits_match_llama_cpp() {
     let mut report = Vec::new();
     let mut worst = 0f32;
     for run in fx["runs"].as_array().unwrap() {
+        let name = run["prompt"].as_str().unwrap();
         let prompt = ids(&run["prompt_ids"]);
-        assert_eq!(tok.encode(run["prompt"].as_str().unwrap(), true), prompt);
-        let want = ids(&run["greedy"]);
+        assert_eq!(tok.encode(name, true), prompt);
         gen.reset();
         let mut logits = gen.feed(&prompt).unwrap();
-        let mut got = Vec::new();
-        for (step, &w) in want.iter().enumerate() {
-            if let Some(top) = run["top_logits"].as_array().unwrap().get(step) {
-                for (id, v) in ids(&top["ids"]).iter().zip(top["values"].as_array().unwrap()) {
-                    worst = worst.max((logits[*id as usize] - v.as_f64().unwrap() as f32).abs());
-                }
+        let (mut prompt_worst, mut diverged) = (0f32, None);
+        // Teacher-forced: rlx is fed llama.cpp's tokens, so every step's logits compare.
+        for (step, (&w, top)) in ids(&run["greedy"]).iter().zip(run["top_logits"].as_array().unwrap()).enumerate() {
+            for (id, v) in ids(&top["ids"]).iter().zip(top["values"].as_array().unwrap()) {
+                prompt_worst = prompt_worst.max((logits[*id as usize] - v.as_f64().unwrap() as f32).abs());
             }
             let t = argmax(&logits);
-            got.push(t);
-            if t != w {
-                let second = logits.iter().enumerate().filter(|&(i, _)| i != t as usize).map(|(_, &v)| v).fold(f32::MIN, f32::max);
-                let line = format!(
-                    "{:?}: diverges at step {step}: rlx {t} ({}) vs llama.cpp {w} ({}), top-2 gap {}",
-                    run["prompt"].as_str().unwrap(),
-                    logits[t as usize],
-                    logits[w as usize],
-                    logits[t as usize] - second
-                );
+            if t != w && diverged.is_none() {
+                diverged = Some(step);
+                // llama.cpp's own score of rlx's choice, when among its top 8.
+                let theirs = ids(&top["ids"]).iter().position(|&i| i == t).map(|r| top["values"][r].as_f64().unwrap() as f32);
+                let best = top["values"][0].as_f64().unwrap() as f32;
+                let gap = theirs.map_or(f32::INFINITY, |v| best - v);
+                let line = format!("{name:?}: diverges at step {step}: rlx picks {t}, llama.cpp {w}, {gap} below it there");
                 eprintln!("{line}");
-                if logits[t as usize] - logits[w as usize] > NEAR_TIE {
+                if gap > NEAR_TIE {
                     report.push(line);
                 }
-                break;
             }
-            logits = gen.feed(&[t]).unwrap();
+            logits = gen.feed(&[w]).unwrap();
         }
+        eprintln!("{name:?}: top-8 logits within {prompt_worst} of llama.cpp's; first greedy divergence: {diverged:?}");
+        worst = worst.max(prompt_worst);
     }
-    eprintln!("largest top-logit difference from llama.cpp over the first steps: {worst}");
     assert!(worst < LOGIT_TOLERANCE, "top logits differ from llama.cpp's by up to {worst}");
     assert!(report.is_empty(), "{}", report.join("\n"));
 }

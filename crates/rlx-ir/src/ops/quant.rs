@@ -15,7 +15,7 @@ pub mod minifloat;
 pub mod scheme;
 mod scaled;
 
-pub use dequant::{DequantGroupedMatMul, DequantGroupedMatMulMlx, DequantMatMul, DequantMoEWeights};
+pub use dequant::{Activations, DequantGroupedMatMul, DequantGroupedMatMulMlx, DequantMatMul, DequantMoEWeights};
 pub use fake::{
     FakeQuantize, FakeQuantizeBackward, FakeQuantizeLSQ, FakeQuantizeLSQBackwardScale, FakeQuantizeLSQBackwardX,
     ScaleMode, SteKind,

@@ -91,7 +91,7 @@ impl LlamaConfig {
             rope_base: float("rope.freq_base", 10_000.0)?,
             rope_dim,
             eps: float("attention.layer_norm_rms_epsilon", 1e-5)? as f32,
-            variant: Variant::default(),
+            variant: Variant { llama_cpp_numerics: true, ..Variant::default() },
             arch,
         })
     }

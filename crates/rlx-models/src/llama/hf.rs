@@ -169,6 +169,7 @@ impl HfConfig {
             attn_softcap: None,
             final_softcap: softcap("final_logit_softcapping")?,
             sliding: None,
+            llama_cpp_numerics: false,
         };
         if gemma {
             let scalar = k.num("query_pre_attn_scalar")?.unwrap_or(256.0);

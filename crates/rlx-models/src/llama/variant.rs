@@ -33,6 +33,10 @@ pub struct Variant {
     pub final_softcap: Option<f32>,
     /// Layers that attend to a window of recent tokens only (Gemma3).
     pub sliding: Option<SlidingWindow>,
+    /// Follow llama.cpp's CPU arithmetic (f16 KV cache and attention operands, f32 rope angles
+    /// by repeated products) instead of f32 throughout: set for GGUF files, whose reference
+    /// implementation is llama.cpp.
+    pub llama_cpp_numerics: bool,
 }
 
 impl Default for Variant {
@@ -51,6 +55,7 @@ impl Default for Variant {
             attn_softcap: None,
             final_softcap: None,
             sliding: None,
+            llama_cpp_numerics: false,
         }
     }
 }

@@ -3,7 +3,9 @@
 //! of low-precision GEMM (`ScaledQuantScale`, `ScaledQuantize`).
 //!
 //! Activations are f32 or f64 (f16/bf16 are widened to f32); products accumulate in the
-//! activation's type and the F32 outputs are rounded once. Weights are decoded block by block
+//! activation's type and the F32 outputs are rounded once — except under
+//! `Activations::Q8Blocks`, where rows are rounded to 8-bit blocks and meet `Q4_0`/`Q4_1`/`Q8_0`
+//! weights in integer dot products as llama.cpp's do ([`q8`], [`q8_simd`]). Weights are decoded block by block
 //! inside the product ([`rows`]) and never materialized whole, except by `DequantMoEWeights`,
 //! whose result is the dequantized stack. The decoders themselves — ggml blocks, minifloats —
 //! are the schemes' semantics and live in rlx-ir (`rlx_ir::ops::quant::{gguf, minifloat}`).
@@ -13,6 +15,8 @@
 //! decode (IQ*, TQ*: "unsupported scheme").
 
 mod moe;
+mod q8;
+mod q8_simd;
 mod rows;
 mod scaled;
 mod simd;
@@ -23,7 +27,7 @@ pub use scaled::{scaled_quant_scale, scaled_quantize};
 
 use crate::kernels::matmul::widen;
 use crate::view::{In, Out};
-use rlx_ir::ops::quant::{DequantMatMul, QuantScheme};
+use rlx_ir::ops::quant::{Activations, DequantMatMul, QuantScheme};
 use rlx_ir::DType;
 use rows::Rows;
 
@@ -31,11 +35,15 @@ use rows::Rows;
 /// ([`weights::dequant_rows`]); `W` is `[n, k]` for GGUF and MLX schemes, `[k, n]` otherwise.
 ///
 /// F32 activations times `Q4_0`, `Q4_1` or `Q8_0` weights take the AVX2 kernels of [`simd`]
-/// where the CPU has them.
+/// where the CPU has them; `Activations::Q8Blocks` rounds `x` to 8-bit blocks first and
+/// takes the integer kernels of [`q8`] and [`q8_simd`].
 pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<(), String> {
     let x = ins[0];
     let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
     let w = weights::dequant_rows(&a.scheme, &ins[1..], n, k)?;
+    if a.activations == Activations::Q8Blocks {
+        return q8_blocks(&a.scheme, x, ins[1].bytes, out);
+    }
     if let QuantScheme::Gguf(t) = a.scheme {
         if x.dtype == DType::F32 && out.dtype == DType::F32 && simd::supports(t) && simd::available() {
             need_len("x", x.numel(), out.numel() / n.max(1) * k)?;
@@ -44,6 +52,26 @@ pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<()
         }
     }
     times_rows(x, &*w, out)
+}
+
+/// `out = x · wᵀ` under `Activations::Q8Blocks`, whose weight `w` was checked by the caller.
+fn q8_blocks(scheme: &QuantScheme, x: In, w: &[u8], out: &mut Out) -> Result<(), String> {
+    let t = scheme.gguf().filter(|t| q8::supports(*t));
+    let Some(t) = t else {
+        return Err(format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme, got {scheme:?}"));
+    };
+    if out.dtype != DType::F32 {
+        return Err(format!("the output must be f32, got {}", out.dtype));
+    }
+    let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
+    need_len("x", x.numel(), out.numel() / n.max(1) * k)?;
+    let o = out.get::<f32>();
+    match x.dtype {
+        DType::F32 => q8::matmul(t, x.get::<f32>(), w, n, k, o, q8_simd::best()),
+        DType::F64 | DType::F16 | DType::BF16 => q8::matmul(t, &widen(x), w, n, k, o, q8_simd::best()),
+        d => return Err(format!("x must be float, got {d}")),
+    }
+    Ok(())
 }
 
 /// `out = x · wᵀ` for float `x` (rows of `w.k()`) into an F32 `out`.

@@ -131,7 +131,7 @@ unsafe fn columns(_: GgufType, _: &[u8], _: &[f32], _: &[f32], _: usize, _: &mut
 /// An IEEE half at `p` as f32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16(p: *const u8) -> f32 {
+pub(super) unsafe fn f16(p: *const u8) -> f32 {
     let h = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
@@ -159,7 +159,7 @@ unsafe fn q8_codes(p: *const u8) -> [__m256; 4] {
 /// The sum of the 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
@@ -167,32 +167,10 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::q8::tests::weight_blocks as blocks;
     use super::super::rows::matmul_rows;
     use super::super::weights::Gguf;
     use super::*;
-    use half::f16 as half16;
-
-    /// Random blocks of `t`: arbitrary code bytes, scales and minimums of either sign.
-    fn blocks(t: GgufType, count: usize, seed: u32) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s
-        };
-        let mut out = Vec::new();
-        for _ in 0..count {
-            let scale = |v: u32| half16::from_f32((v % 2000) as f32 / 1000.0 - 1.0).to_le_bytes();
-            out.extend(scale(next()));
-            if t == GgufType::Q4_1 {
-                out.extend(scale(next()));
-            }
-            let codes = if t == GgufType::Q8_0 { 32 } else { 16 };
-            out.extend((0..codes).map(|_| next() as u8));
-        }
-        out
-    }
 
     #[test]
     fn matches_the_scalar_blockwise_product() {

@@ -19,6 +19,38 @@ pub struct DequantMatMul {
     pub scheme: QuantScheme,
     /// `n`, declared for a rank-1 GGUF blob; elsewhere optional and checked.
     pub out_dim: Option<usize>,
+    /// How `x` meets the weight; printed only when not [`Activations::Exact`].
+    #[serde(default, skip_serializing_if = "Activations::is_exact")]
+    pub activations: Activations,
+}
+
+/// The arithmetic of a `DequantMatMul`'s product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Activations {
+    /// Float `x` times the exactly decoded weight, accumulated in floats (the op's semantics).
+    #[default]
+    Exact,
+    /// llama.cpp's CPU arithmetic, for GGUF `Q4_0`, `Q4_1` and `Q8_0` weights: each block of 32
+    /// values of a row of `x` is first rounded to 8 bits, `q = round_even(x·127/max|x|)` with
+    /// scale `d = max|x|/127` stored as f16 (and, against `Q4_1`, the block sum `f16(d·Σq)`);
+    /// each block pair then contributes `d_w·d·Σ q_w·q` (`Q4_0`'s codes offset by −8) plus
+    /// `Q4_1`'s `m·f16(d·Σq)`. Results then agree with llama.cpp's up to float summation order.
+    Q8Blocks,
+}
+
+impl Activations {
+    fn is_exact(&self) -> bool {
+        *self == Activations::Exact
+    }
+
+    /// An error unless `scheme` defines this arithmetic.
+    fn check(self, scheme: &QuantScheme) -> Result<(), String> {
+        use GgufType::{Q4_0, Q4_1, Q8_0};
+        match (self, scheme) {
+            (Activations::Exact, _) | (Activations::Q8Blocks, QuantScheme::Gguf(Q4_0 | Q4_1 | Q8_0)) => Ok(()),
+            _ => Err(format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme, got {scheme:?}")),
+        }
+    }
 }
 
 /// MoE expert GEMM over GGUF expert slabs dequantized on the fly: `input [M, K]`, `weight`
@@ -176,6 +208,7 @@ impl OpDef for DequantMatMul {
     }
     fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         self.scheme.validate()?;
+        self.activations.check(&self.scheme)?;
         let x = &inputs[0];
         need_float("x", x)?;
         let k = last_dim("x [.., m, k]", x, 2)?;
@@ -326,7 +359,7 @@ mod tests {
     }
 
     fn gguf(t: GgufType, out_dim: Option<usize>) -> DequantMatMul {
-        DequantMatMul { scheme: QuantScheme::Gguf(t), out_dim }
+        DequantMatMul { scheme: QuantScheme::Gguf(t), out_dim, activations: Activations::Exact }
     }
 
     #[test]
@@ -348,19 +381,38 @@ mod tests {
     }
 
     #[test]
+    fn q8_block_activations_print_and_need_a_32_block_type() {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::of(DType::F32, &[2, 64]));
+        let w = g.param("w", TensorType::of(DType::U8, &[3, 2 * 20]));
+        let q8 = |t| DequantMatMul { activations: Activations::Q8Blocks, ..gguf(t, None) };
+        let exact = g.dequant_matmul(gguf(GgufType::Q4_1, None), x, &[w]).unwrap();
+        let rounded = g.dequant_matmul(q8(GgufType::Q4_1), x, &[w]).unwrap();
+        g.set_outputs(vec![exact, rounded]).unwrap();
+        let text = g.to_string();
+        assert!(text.contains("DequantMatMul(scheme:Gguf(Q4_1),out_dim:None)(%0, %1)"), "{text}");
+        assert!(text.contains("DequantMatMul(scheme:Gguf(Q4_1),out_dim:None,activations:Q8Blocks)(%0, %1)"), "{text}");
+        assert_eq!(crate::text::parse(&text).unwrap().to_string(), text);
+        let k = g.param("k", TensorType::of(DType::U8, &[3, 144]));
+        let x = g.input("x256", TensorType::of(DType::F32, &[2, 256]));
+        let e = g.dequant_matmul(q8(GgufType::Q4_K), x, &[k]).unwrap_err().to_string();
+        assert!(e.contains("Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme"), "{e}");
+    }
+
+    #[test]
     fn int_and_mlx_schemes() {
         let mut g = Graph::new();
         let x = g.input("x", TensorType::of(DType::F32, &[4, 256]));
         let wq = g.param("wq", TensorType::of(DType::U8, &[256, 64]));
         let s = g.param("s", TensorType::of(DType::F32, &[8, 128]));
-        let int4 = DequantMatMul { scheme: QuantScheme::Int4Block { block_size: 32 }, out_dim: None };
+        let int4 = DequantMatMul { scheme: QuantScheme::Int4Block { block_size: 32 }, out_dim: None, activations: Activations::Exact };
         let y = g.dequant_matmul(int4.clone(), x, &[wq, s, s]).unwrap();
         assert_eq!(g.ty(y), &TensorType::of(DType::F32, &[4, 128]));
         let s16 = g.param("s16", TensorType::of(DType::F32, &[16, 128]));
         let e = g.dequant_matmul(int4, x, &[wq, s16, s16]).unwrap_err().to_string();
         assert!(e.contains("scale [k/bs, n] must be [8, ?]"), "{e}");
 
-        let mlx = DequantMatMul { scheme: QuantScheme::MlxAffine { bits: 4, group_size: 64 }, out_dim: None };
+        let mlx = DequantMatMul { scheme: QuantScheme::MlxAffine { bits: 4, group_size: 64 }, out_dim: None, activations: Activations::Exact };
         let words = g.param("words", TensorType::of(DType::U32, &[128, 32]));
         let ms = g.param("ms", TensorType::of(DType::F32, &[128, 4]));
         let y = g.dequant_matmul(mlx.clone(), x, &[words, ms, ms]).unwrap();

@@ -1,0 +1,259 @@
+//! `DequantMatMul` under `Activations::Q8Blocks` (llama.cpp's CPU arithmetic) for GGUF
+//! `Q4_0`, `Q4_1` and `Q8_0` weights: each activation row is rounded once to 8-bit blocks of
+//! 32 ([`quantize`]), and each weight block meets its activation block in an integer dot
+//! product, scaled by the product of the two blocks' f16 scales. The integer sums are exact,
+//! so the portable kernel here and the AVX2 / AVX-512 VNNI ones of [`super::q8_simd`] differ
+//! only in the order of the f32 additions.
+
+use rayon::prelude::*;
+use rlx_ir::ops::quant::GgufType;
+
+/// Values per block, of the weights and of the rounded activations.
+pub(super) const QK: usize = 32;
+/// Activation rows sharing each unpacked weight block.
+pub(super) const ROW_TILE: usize = 4;
+/// Multiply-adds below which a product runs on one thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// Rows of activations rounded to 8-bit blocks of 32, block `i` covering values `32·i ..`.
+pub(super) struct Q8Rows {
+    /// The codes, `[rows, k]`.
+    pub q: Vec<i8>,
+    /// Per block: the scale `max|x|/127` rounded to f16 (ggml stores it as f16).
+    pub d: Vec<f32>,
+    /// Per block: `Σq` times the unrounded scale, rounded to f16 (ggml's Q8_1 `s`).
+    pub s: Vec<f32>,
+}
+
+/// Rounds `x` (a whole number of 32-blocks) as ggml's x86 `quantize_row_q8_0`/`_q8_1` do:
+/// `q = round_half_even(x·(127/max|x|))`, all-zero codes for an all-zero block.
+pub(super) fn quantize(x: &[f32]) -> Q8Rows {
+    let blocks = x.len() / QK;
+    let mut rows = Q8Rows { q: vec![0; blocks * QK], d: Vec::with_capacity(blocks), s: Vec::with_capacity(blocks) };
+    for (xb, qb) in x.chunks_exact(QK).zip(rows.q.chunks_exact_mut(QK)) {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+        let mut sum = 0i32;
+        for (q, &v) in qb.iter_mut().zip(xb) {
+            *q = (v * id).round_ties_even() as i8;
+            sum += i32::from(*q);
+        }
+        rows.d.push(half::f16::from_f32(d).to_f32());
+        rows.s.push(half::f16::from_f32(d * sum as f32).to_f32());
+    }
+    rows
+}
+
+/// Whether `t` has kernels here.
+pub(super) fn supports(t: GgufType) -> bool {
+    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0)
+}
+
+/// Bytes per weight block of `t`.
+pub(super) fn block_bytes(t: GgufType) -> usize {
+    match t {
+        GgufType::Q4_0 => 18,
+        GgufType::Q4_1 => 20,
+        _ => 34,
+    }
+}
+
+/// `acc[r] = Σ_k w[k]·x[m0 + r, k]` for one weight row `w` (`blocks` blocks of `t`) and the
+/// rounded rows `m0 .. m0 + acc.len()`.
+pub(super) type Tile = fn(GgufType, &[u8], &Q8Rows, usize, usize, &mut [f32]);
+
+/// `out [rows, n] = x [rows, k] · wᵀ` for `n` rows of `k / 32` blocks of `t` in `w`, each
+/// tile of output computed by `tile`. The caller checked `k % 32 == 0` and every length.
+pub(super) fn matmul(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize, out: &mut [f32], tile: Tile) {
+    if n == 0 || out.is_empty() {
+        return;
+    }
+    let rows = out.len() / n;
+    let blocks = k / QK;
+    let acts = quantize(x);
+    let row_bytes = blocks * block_bytes(t);
+    let per_task = if rows * n * k < PAR_FLOPS { n } else { n.div_ceil(8 * rayon::current_num_threads()) };
+    let task = |j0: usize, dst: &mut [f32]| {
+        for (c, col) in dst.chunks_exact_mut(rows).enumerate() {
+            let wr = &w[(j0 + c) * row_bytes..(j0 + c + 1) * row_bytes];
+            for (t0, part) in col.chunks_mut(ROW_TILE).enumerate() {
+                tile(t, wr, &acts, t0 * ROW_TILE, blocks, part);
+            }
+        }
+    };
+    if rows == 1 {
+        out.par_chunks_mut(per_task).enumerate().for_each(|(i, d)| task(i * per_task, d));
+        return;
+    }
+    let mut cm = vec![0f32; rows * n];
+    cm.par_chunks_mut(per_task * rows).enumerate().for_each(|(i, d)| task(i * per_task, d));
+    for (j, col) in cm.chunks_exact(rows).enumerate() {
+        for (m, &v) in col.iter().enumerate() {
+            out[m * n + j] = v;
+        }
+    }
+}
+
+/// The weight codes of one block of `t` as integers (`Q4_0`'s already offset by −8).
+fn codes(t: GgufType, blk: &[u8]) -> [i32; QK] {
+    let mut c = [0i32; QK];
+    match t {
+        GgufType::Q8_0 => {
+            for (c, &b) in c.iter_mut().zip(&blk[2..]) {
+                *c = i32::from(b as i8);
+            }
+        }
+        _ => {
+            let (qs, offset) = if t == GgufType::Q4_1 { (&blk[4..20], 0) } else { (&blk[2..18], 8) };
+            for (i, &b) in qs.iter().enumerate() {
+                c[i] = i32::from(b & 15) - offset;
+                c[i + 16] = i32::from(b >> 4) - offset;
+            }
+        }
+    }
+    c
+}
+
+/// The f16 at the start of `b` as f32.
+fn f16_at(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// The portable [`Tile`].
+pub(super) fn tile_portable(t: GgufType, w: &[u8], a: &Q8Rows, m0: usize, blocks: usize, acc: &mut [f32]) {
+    let bb = block_bytes(t);
+    acc.fill(0.0);
+    for (b, blk) in w.chunks_exact(bb).enumerate().take(blocks) {
+        let (dw, c) = (f16_at(blk), codes(t, blk));
+        let min = if t == GgufType::Q4_1 { f16_at(&blk[2..]) } else { 0.0 };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let xi = (m0 + r) * blocks + b;
+            let xq = &a.q[xi * QK..(xi + 1) * QK];
+            let sum: i32 = c.iter().zip(xq).map(|(&w, &x)| w * i32::from(x)).sum();
+            *acc += dw * a.d[xi] * sum as f32 + min * a.s[xi];
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use half::f16;
+
+    /// A xorshift stream of u32s.
+    pub(in super::super) fn stream(seed: u32) -> impl FnMut() -> u32 {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        }
+    }
+
+    /// Random blocks of `t`: arbitrary code bytes, scales and minimums of either sign.
+    pub(in super::super) fn weight_blocks(t: GgufType, count: usize, seed: u32) -> Vec<u8> {
+        let mut next = stream(seed);
+        let mut out = Vec::new();
+        for _ in 0..count {
+            let mut scale = || f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0).to_le_bytes();
+            out.extend(scale());
+            if t == GgufType::Q4_1 {
+                out.extend(scale());
+            }
+            let codes = if t == GgufType::Q8_0 { 32 } else { 16 };
+            out.extend((0..codes).map(|_| next() as u8));
+        }
+        out
+    }
+
+    /// Activations with an occasional large outlier (as real residual streams have), some
+    /// exact ties of the rounding and an all-zero block.
+    pub(in super::super) fn activations(len: usize, seed: u32) -> Vec<f32> {
+        let mut next = stream(seed);
+        let mut x: Vec<f32> = (0..len)
+            .map(|_| {
+                let v = (next() % 20001) as f32 / 10000.0 - 1.0;
+                if next().is_multiple_of(97) { v * 40.0 } else { v }
+            })
+            .collect();
+        if len >= 2 * QK {
+            x[QK..2 * QK].fill(0.0);
+        }
+        x
+    }
+
+    /// The f64 reference: ggml's rounding of each activation block written out per value,
+    /// the weight's own integer codes, and the block sums in f64.
+    pub(in super::super) fn reference(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize) -> Vec<f64> {
+        let (bb, blocks, rows) = (block_bytes(t), k / QK, x.len() / k);
+        let mut out = vec![0f64; rows * n];
+        for m in 0..rows {
+            for j in 0..n {
+                let mut acc = 0f64;
+                for b in 0..blocks {
+                    let xb = &x[m * k + b * QK..m * k + (b + 1) * QK];
+                    let amax = xb.iter().map(|v| v.abs()).fold(0f32, f32::max);
+                    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+                    let xq: Vec<f64> = xb.iter().map(|&v| f64::from((v * inv).round_ties_even())).collect();
+                    let d = f64::from(f16::from_f32(amax / 127.0).to_f32());
+                    let s = f64::from(f16::from_f32(amax / 127.0 * xq.iter().sum::<f64>() as f32).to_f32());
+                    let blk = &w[(j * blocks + b) * bb..(j * blocks + b + 1) * bb];
+                    let h = |o: usize| f64::from(f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32());
+                    let wq: Vec<f64> = (0..QK)
+                        .map(|e| match t {
+                            GgufType::Q8_0 => f64::from(blk[2 + e] as i8),
+                            GgufType::Q4_1 => f64::from((blk[4 + e % 16] >> (4 * (e / 16))) & 15),
+                            _ => f64::from((blk[2 + e % 16] >> (4 * (e / 16))) & 15) - 8.0,
+                        })
+                        .collect();
+                    let dot: f64 = wq.iter().zip(&xq).map(|(a, b)| a * b).sum();
+                    acc += h(0) * d * dot + if t == GgufType::Q4_1 { h(2) * s } else { 0.0 };
+                }
+                out[m * n + j] = acc;
+            }
+        }
+        out
+    }
+
+    /// Checks `got` against the f64 `want`, relative to the size of the terms summed.
+    pub(in super::super) fn close(got: &[f32], want: &[f64], what: &str) {
+        let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+        for (i, (g, e)) in got.iter().zip(want).enumerate() {
+            assert!((f64::from(*g) - e).abs() <= 2e-6 * scale, "{what} [{i}]: {g} vs {e}");
+        }
+    }
+
+    #[test]
+    fn rounding_follows_ggml() {
+        let mut x = vec![0f32; QK];
+        x[..6].copy_from_slice(&[127.0, 2.5, -3.5, 0.5, -0.5, 1.4999]);
+        x[31] = -127.0;
+        let r = quantize(&x);
+        assert_eq!(&r.q[..6], &[127, 2, -4, 0, 0, 1]);
+        assert_eq!(r.q[31], -127);
+        assert_eq!((r.d[0], r.s[0]), (1.0, -1.0));
+        // 1/3 is not an f16: the stored scale is rounded, the codes use the exact one.
+        let third: Vec<f32> = (0..QK).map(|i| if i == 0 { 127.0 / 3.0 } else { 10.0 / 3.0 }).collect();
+        let r = quantize(&third);
+        assert_eq!((r.q[0], r.q[1]), (127, 10));
+        assert_eq!(r.d[0], f16::from_f32(1.0 / 3.0).to_f32());
+        assert_eq!(r.s[0], f16::from_f32((127.0 + 31.0 * 10.0) / 3.0).to_f32());
+        let zero = quantize(&[0.0; QK]);
+        assert!(zero.q.iter().all(|&q| q == 0) && zero.d[0] == 0.0 && zero.s[0] == 0.0);
+    }
+
+    #[test]
+    fn portable_kernel_matches_the_f64_reference() {
+        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+            for (rows, n, k) in [(1, 7, 64), (7, 5, 96), (63, 3, 32), (129, 9, 128), (5, 300, 256)] {
+                let w = weight_blocks(t, n * k / QK, (rows * n + k) as u32);
+                let x = activations(rows * k, (3 * rows + n) as u32);
+                let mut got = vec![f32::NAN; rows * n];
+                matmul(t, &x, &w, n, k, &mut got, tile_portable);
+                close(&got, &reference(t, &x, &w, n, k), &format!("{t:?} {rows}×{n}×{k}"));
+            }
+        }
+    }
+}
