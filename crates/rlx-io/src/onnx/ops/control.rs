@@ -187,7 +187,8 @@ fn stack_rows(cx: &mut Cx<'_>, sub: &mut Sub<'_>, steps: &[(ValueId, ValueId)], 
 }
 
 /// `Loop`: an rlx `While` when every carried value is a tensor that keeps its type, else
-/// unrolled at import.
+/// unrolled at import; also unrolled when the body needs a value known at import that only
+/// the iteration number makes known (a `Slice` bounded by it) and the trip count is known.
 fn loop_op(cx: &mut Cx<'_>, n: &ValueNode<'_, '_, '_>) -> OpResult<Vec<Value>> {
     let body = n.graph("body")?;
     let states: Vec<Value> = (2..n.values.len())
@@ -199,11 +200,19 @@ fn loop_op(cx: &mut Cx<'_>, n: &ValueNode<'_, '_, '_>) -> OpResult<Vec<Value>> {
     };
     let tensors: Option<Vec<ValueId>> = states.iter().map(|v| if let Value::Tensor(t) = v { Some(*t) } else { None }).collect();
     if let Some(tensors) = tensors {
-        if let Some(outs) = loop_while(cx, n, body, &tensors, n_scan)? {
-            return Ok(outs);
+        match loop_while(cx, n, body, &tensors, n_scan) {
+            Ok(Some(outs)) => return Ok(outs),
+            Ok(None) => {}
+            Err(OpError::Unsupported(r)) if r.contains("known at import") && trip_known(cx, n) => {}
+            Err(e) => return Err(e),
         }
     }
     loop_unrolled(cx, n, body, states, n_scan)
+}
+
+/// Whether the `Loop`'s trip count is a constant.
+fn trip_known(cx: &Cx<'_>, n: &ValueNode<'_, '_, '_>) -> bool {
+    n.onnx.opt_input(0).is_some_and(|m| cx.constant(m).is_some())
 }
 
 /// The general `Loop`: carries `[i, cond, (trip count), states.., captures.., scan buffers..]`.
