@@ -57,8 +57,7 @@ pub fn import(path: &Path, model: &ModelProto<'_>, options: &ImportOptions<'_>) 
         if scope.get(&vi.name).is_some() {
             continue;
         }
-        let v = graph_input(&mut cx, &vi.name, vi.ty.as_ref(), options, &mut inputs)
-            .map_err(|e| node_error(path, "", "input", opset, e))?;
+        let v = graph_input(&mut cx, &vi.name, vi.ty.as_ref(), options, &mut inputs).map_err(bad)?;
         scope.insert(&vi.name, v);
     }
     run_nodes(&mut cx, graph, &mut scope, env).map_err(|e| match e {
@@ -214,18 +213,24 @@ pub fn free_names(graph: &GraphProto<'_>) -> Vec<String> {
 /// A graph input as a value: a tensor input of its declared (or the caller's) type, a
 /// sequence of as many inputs `<name>[k]` as the caller gives element dims for, or an empty
 /// optional; the runtime inputs are appended to `inputs`.
-fn graph_input(cx: &mut Cx<'_>, name: &str, ty: Option<&TypeProto>, options: &ImportOptions<'_>, inputs: &mut Vec<(String, TensorType)>) -> OpResult<Value> {
+fn graph_input(
+    cx: &mut Cx<'_>,
+    name: &str,
+    ty: Option<&TypeProto>,
+    options: &ImportOptions<'_>,
+    inputs: &mut Vec<(String, TensorType)>,
+) -> std::result::Result<Value, String> {
     match ty {
         Some(TypeProto::Optional(_)) if options.absent_inputs.contains(name) => Ok(Value::Absent),
         Some(TypeProto::Optional(Some(inner))) => graph_input(cx, name, Some(inner), options, inputs),
         Some(TypeProto::Sequence(Some(elem))) => {
             let Some(elements) = options.sequence_inputs.get(name) else {
-                return Err(OpError::Unsupported(format!("sequence input `{name}` needs its element dims in the import options")));
+                return Err(format!("sequence input `{name}` needs its element dims in the import options"));
             };
             let TypeProto::Tensor { elem_type, .. } = elem.as_ref() else {
-                return Err(OpError::Unsupported(format!("input `{name}` is a sequence of non-tensors")));
+                return Err(format!("input `{name}` is a sequence of non-tensors, which is not supported"));
             };
-            let dt = dtype(*elem_type).ok_or_else(|| OpError::Unsupported(format!("input `{name}` has unsupported element type {}", type_name(*elem_type))))?;
+            let dt = dtype(*elem_type).ok_or_else(|| format!("input `{name}` has unsupported element type {}", type_name(*elem_type)))?;
             let mut vs = Vec::with_capacity(elements.len());
             for (k, dims) in elements.iter().enumerate() {
                 let (elem_name, ty) = (format!("{name}[{k}]"), TensorType::of(dt, dims));
@@ -235,9 +240,11 @@ fn graph_input(cx: &mut Cx<'_>, name: &str, ty: Option<&TypeProto>, options: &Im
             Ok(Value::Sequence(vs))
         }
         _ => {
-            let ty = input_type(name, ty, options).map_err(OpError::Unsupported)?;
+            let ty = input_type(name, ty, options)?;
             Ok(Value::Tensor(match options.input_values.get(name) {
-                Some(t) => cx.bytes(t.dtype, &t.dims, t.bytes.clone())?,
+                Some(t) => cx.bytes(t.dtype, &t.dims, t.bytes.clone()).map_err(|e| match e {
+                    OpError::Invalid(r) | OpError::Unsupported(r) => format!("input `{name}`: {r}"),
+                })?,
                 None => {
                     inputs.push((name.to_string(), ty.clone()));
                     cx.g.input(name, ty)
