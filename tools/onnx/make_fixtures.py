@@ -156,4 +156,19 @@ save(
      "trips": np.array(4, np.int64)},
     {"x": f32(4, 3)},
 )
+# Sequence ops the node tests leave out: SplitToSequence into columns, SequenceErase at a
+# negative position, ConcatFromSequence along an axis and stacked on a new one.
+save(
+    "sequences",
+    [
+        helper.make_node("SplitToSequence", ["x"], ["cols"], axis=1),
+        helper.make_node("SequenceErase", ["cols", "pos"], ["kept"]),
+        helper.make_node("ConcatFromSequence", ["kept"], ["joined"], axis=0),
+        helper.make_node("ConcatFromSequence", ["kept"], ["stacked"], axis=-1, new_axis=1),
+    ],
+    [vi("x", [2, 3])],
+    [vi("joined", [4, 1]), vi("stacked", [2, 1, 2])],
+    {"pos": np.array(-2, np.int64)},
+    {"x": f32(2, 3)},
+)
 print("wrote", os.path.normpath(OUT))

@@ -87,19 +87,31 @@ fn run_all(g: &OnnxGraph, x: &TensorData) -> Vec<Vec<f32>> {
     outs.iter().map(|t| t.to_vec::<f32>().unwrap()).collect()
 }
 
-#[test]
-fn control_flow_on_runtime_values_matches_onnxruntime() {
-    let dir = fixture("control");
+/// Imports fixture `name` (input `x`), runs it and compares every output with onnxruntime's;
+/// returns the imported graph.
+fn check_outputs(name: &str, outputs: usize) -> OnnxGraph {
+    let dir = fixture(name);
     let x = read_tensor(dir.join("input_0.pb")).unwrap();
     let options = ImportOptions { evaluator: Some(&CpuConstEval), ..Default::default() };
     let g = import(dir.join("model.onnx"), &options).unwrap();
-    let count = |kind: OpKind| g.graph.nodes().iter().filter(|n| n.op.kind() == kind).count();
-    assert_eq!((count(OpKind::If), count(OpKind::While)), (1, 2), "If stays an If; Loop and Scan become While loops");
     let got = run_all(&g, &x);
-    assert_eq!(got.len(), 5);
+    assert_eq!(got.len(), outputs, "{name}: output count");
     for (j, got) in got.iter().enumerate() {
         let want = read_tensor(dir.join(format!("output_{j}.pb"))).unwrap();
         let want: Vec<f32> = want.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        close(got, &want, &format!("control output {j}"));
+        close(got, &want, &format!("{name} output {j}"));
     }
+    g
+}
+
+#[test]
+fn control_flow_on_runtime_values_matches_onnxruntime() {
+    let g = check_outputs("control", 5);
+    let count = |kind: OpKind| g.graph.nodes().iter().filter(|n| n.op.kind() == kind).count();
+    assert_eq!((count(OpKind::If), count(OpKind::While)), (1, 2), "If stays an If; Loop and Scan become While loops");
+}
+
+#[test]
+fn sequence_ops_match_onnxruntime() {
+    check_outputs("sequences", 2);
 }
