@@ -105,4 +105,70 @@ save(
     },
     {"x": f32(2, 4, 6)},
 )
+# Control flow on run-time values: an If on a data-dependent condition whose branches read x
+# from the outer graph; a Loop with a fixed trip count carrying a state and stacking a scan
+# output, its body gathering row i of the outer x; a Scan over axis 1 of the If's result,
+# reversed, its output stacked on axis 1, its body reading the outer scalar s.
+def graph(name, nodes, inputs, outputs):
+    return helper.make_graph(nodes, name, inputs, outputs)
+
+
+then_g = graph("then", [helper.make_node("Mul", ["x", "two"], ["t"])], [], [vi("t", [4, 3])])
+else_g = graph("else", [helper.make_node("Sub", ["x", "two"], ["e"])], [], [vi("e", [4, 3])])
+loop_body = graph(
+    "loop_body",
+    [
+        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+        helper.make_node("Mul", ["v", "half"], ["hv"]),
+        helper.make_node("Add", ["hv", "row"], ["v_out"]),
+        helper.make_node("Tanh", ["v_out"], ["step"]),
+    ],
+    [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), vi("v", [3])],
+    [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), vi("v_out", [3]), vi("step", [3])],
+)
+scan_body = graph(
+    "scan_body",
+    [
+        helper.make_node("Mul", ["col", "s"], ["cs"]),
+        helper.make_node("Add", ["h", "cs"], ["hc"]),
+        helper.make_node("Tanh", ["hc"], ["h_out"]),
+        helper.make_node("Mul", ["h_out", "two"], ["out"]),
+    ],
+    [vi("h", [4]), vi("col", [4])],
+    [vi("h_out", [4]), vi("out", [4])],
+)
+save(
+    "control",
+    [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y_if"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("ReduceMean", ["x"], ["v0"], axes=[0], keepdims=0),
+        helper.make_node("Loop", ["trips", "", "v0"], ["v_final", "steps"], body=loop_body),
+        helper.make_node("ReduceMax", ["x"], ["h0"], axes=[1], keepdims=0),
+        helper.make_node("Scan", ["h0", "y_if"], ["h_final", "cols"], body=scan_body, num_scan_inputs=1,
+                         scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1]),
+    ],
+    [vi("x", [4, 3])],
+    [vi("y_if", [4, 3]), vi("v_final", [3]), vi("steps", [4, 3]), vi("h_final", [4]), vi("cols", [4, 3])],
+    {"two": np.array(2, np.float32), "half": np.array(0.5, np.float32), "zero": np.array(0, np.float32),
+     "trips": np.array(4, np.int64)},
+    {"x": f32(4, 3)},
+)
+# Sequence ops the node tests leave out: SplitToSequence into columns, SequenceErase at a
+# negative position, ConcatFromSequence along an axis and stacked on a new one.
+save(
+    "sequences",
+    [
+        helper.make_node("SplitToSequence", ["x"], ["cols"], axis=1),
+        helper.make_node("SequenceErase", ["cols", "pos"], ["kept"]),
+        helper.make_node("ConcatFromSequence", ["kept"], ["joined"], axis=0),
+        helper.make_node("ConcatFromSequence", ["kept"], ["stacked"], axis=-1, new_axis=1),
+    ],
+    [vi("x", [2, 3])],
+    [vi("joined", [4, 1]), vi("stacked", [2, 1, 2])],
+    {"pos": np.array(-2, np.int64)},
+    {"x": f32(2, 3)},
+)
 print("wrote", os.path.normpath(OUT))

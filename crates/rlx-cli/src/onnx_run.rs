@@ -1,15 +1,16 @@
 //! `rlx onnx-run`: imports an ONNX model, compiles it for the CPU and runs it on `.npy` inputs
 //! (the `cmd:` protocol of the ONNX conformance runner), or times it on random inputs.
 //!
-//! Protocol: `--inputs DIR` holds `manifest.json` and `input_<J>.npy`; outputs go to
-//! `--out DIR` as `output_<J>.npy`. The process exits with 0 when it ran, 77 when the model
+//! Protocol: `--inputs DIR` holds `manifest.json` and `input_<J>.npy` (a sequence as the
+//! folder `input_<J>/` of `<k>.npy`, an empty optional as `input_<J>.none`); outputs go to
+//! `--out DIR` the same way as `output_<J>`. The process exits with 0 when it ran, 77 when the model
 //! uses something rlx does not support, 1 on any other error.
 
 use clap::Args;
-use rlx_io::onnx::{self, ImportOptions, OnnxGraph, TensorData};
+use rlx_io::onnx::{self, ImportOptions, Layout, OnnxGraph, TensorData};
 use rlx_io::IoError;
 use rlx::{CompiledGraph, DType, Device, Session, Tensor};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -88,37 +89,90 @@ fn run_protocol(args: &OnnxRunArgs) -> Result<(), Failure> {
         return Err(Failure { unsupported: false, message: "--inputs and --out are required".into() });
     };
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(in_dir.join("manifest.json"))?)?;
-    let mut inputs = Vec::new();
+    let mut inputs = Inputs::default();
     for e in manifest["inputs"].as_array().into_iter().flatten() {
-        let name = e["name"].as_str().unwrap_or_default().to_string();
-        if e["kind"].as_str() != Some("tensor") {
-            return Err(unsupported(format!("input `{name}` is a {}, not a tensor", e["kind"])));
-        }
-        let dtype = onnx_dtype(e["onnx_dtype"].as_str().unwrap_or_default())?;
-        let file = e["file"].as_str().unwrap_or_default();
-        if !file.ends_with(".npy") {
-            return Err(unsupported(format!("input `{name}` is stored as {file}")));
-        }
-        let data = npy::read(&in_dir.join(file), dtype)?;
-        inputs.push((name, data));
+        inputs.read(in_dir, e)?;
     }
     let imported = import_for(&args.model, &inputs)?;
-    let outputs = execute(&imported, &inputs)?;
-    for (j, t) in outputs.iter().enumerate() {
-        npy::write(&out_dir.join(format!("output_{j}.npy")), t)?;
+    let outputs = execute(&imported, &inputs.tensors)?;
+    let mut outputs = outputs.iter();
+    let mut next = || outputs.next().ok_or_else(|| Failure { unsupported: false, message: "the graph returned fewer outputs than it declares".into() });
+    for (j, (_, layout)) in imported.outputs.iter().enumerate() {
+        match layout {
+            Layout::Tensor => npy::write(&out_dir.join(format!("output_{j}.npy")), next()?)?,
+            Layout::Sequence(len) => {
+                let dir = out_dir.join(format!("output_{j}"));
+                std::fs::create_dir_all(&dir)?;
+                for k in 0..*len {
+                    npy::write(&dir.join(format!("{k}.npy")), next()?)?;
+                }
+            }
+            Layout::Absent => std::fs::write(out_dir.join(format!("output_{j}.none")), b"")?,
+        }
     }
     Ok(())
+}
+
+/// The runner's inputs: tensors by name (element `k` of a sequence `s` as `s[k]`), the element
+/// dims of each sequence, and the optionals passed empty.
+#[derive(Default)]
+struct Inputs {
+    tensors: Vec<(String, TensorData)>,
+    sequences: HashMap<String, Vec<Vec<usize>>>,
+    absent: HashSet<String>,
+}
+
+impl Inputs {
+    /// Reads the manifest entry `e`: a tensor file, a sequence folder or an empty optional.
+    fn read(&mut self, dir: &Path, e: &serde_json::Value) -> Result<(), Failure> {
+        let name = e["name"].as_str().unwrap_or_default().to_string();
+        let file = e["file"].as_str().unwrap_or_default();
+        let kind = match e["kind"].as_str() {
+            Some("optional") if file.ends_with(".none") => {
+                self.absent.insert(name);
+                return Ok(());
+            }
+            Some("optional") => e["elem"]["kind"].as_str(),
+            other => other,
+        };
+        let dtype = onnx_dtype(e["onnx_dtype"].as_str().unwrap_or_default())?;
+        match kind {
+            Some("tensor") if file.ends_with(".npy") => {
+                let data = npy::read(&dir.join(file), dtype)?;
+                self.tensors.push((name, data));
+            }
+            Some("sequence") => {
+                let len = e["length"].as_u64().ok_or_else(|| unsupported(format!("sequence input `{name}` has no length")))?;
+                let mut dims = Vec::new();
+                for k in 0..len {
+                    let data = npy::read(&dir.join(file).join(format!("{k}.npy")), dtype)?;
+                    dims.push(data.dims.clone());
+                    self.tensors.push((format!("{name}[{k}]"), data));
+                }
+                self.sequences.insert(name, dims);
+            }
+            _ => return Err(unsupported(format!("input `{name}` is a {} stored as {file}", e["kind"]))),
+        }
+        Ok(())
+    }
 }
 
 /// Imports with the inputs' shapes; when the model needs an input's value at import (a shape,
 /// axes or a pad value fed as an input), imports again with the integer and the small (at most
 /// 64 elements) inputs as constants.
-fn import_for(model: &Path, inputs: &[(String, TensorData)]) -> Result<OnnxGraph, Failure> {
-    let shapes: HashMap<String, Vec<usize>> = inputs.iter().map(|(n, t)| (n.clone(), t.dims.clone())).collect();
-    let mut options = ImportOptions { input_shapes: shapes, evaluator: Some(&rlx::cpu::CpuConstEval), ..Default::default() };
+fn import_for(model: &Path, inputs: &Inputs) -> Result<OnnxGraph, Failure> {
+    let shapes: HashMap<String, Vec<usize>> = inputs.tensors.iter().map(|(n, t)| (n.clone(), t.dims.clone())).collect();
+    let mut options = ImportOptions {
+        input_shapes: shapes,
+        sequence_inputs: inputs.sequences.clone(),
+        absent_inputs: inputs.absent.clone(),
+        evaluator: Some(&rlx::cpu::CpuConstEval),
+        ..Default::default()
+    };
     match onnx::import(model, &options) {
         Err(IoError::OnnxUnsupported { reason, .. }) if reason.contains("known at import") => {
             options.input_values = inputs
+                .tensors
                 .iter()
                 .filter(|(_, t)| t.dtype.is_int() || t.dtype == DType::Bool || t.numel() <= 64)
                 .map(|(n, t)| (n.clone(), t.clone()))
@@ -198,9 +252,10 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
         let bytes = onnx::tensor::from_f64s(ty.dtype, &values);
         inputs.push((name.clone(), TensorData { dtype: ty.dtype, dims, bytes }));
     }
+    let inputs = Inputs { tensors: inputs, ..Default::default() };
     let imported = import_for(&args.model, &inputs)?;
     let start = Instant::now();
-    let (mut compiled, tensors) = prepare(&imported, &inputs)?;
+    let (mut compiled, tensors) = prepare(&imported, &inputs.tensors)?;
     let named = named(&tensors);
     compiled.run(&named)?;
     let first = start.elapsed();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use rlx_io::onnx::{import, ImportOptions};
+use rlx_io::onnx::{import, ImportOptions, Layout};
 use rlx_io::IoError;
 use common::{largest_allocation, write, MIB};
 
@@ -95,7 +95,7 @@ fn fails(tag: &str, bytes: &[u8]) -> IoError {
 fn the_valid_model_imports() {
     let g = load("valid", &valid()).unwrap();
     assert_eq!(g.inputs.len(), 1);
-    assert_eq!(g.outputs, vec!["y".to_string()]);
+    assert_eq!(g.outputs, vec![("y".to_string(), Layout::Tensor)]);
 }
 
 #[test]
@@ -163,6 +163,65 @@ fn unsupported_ops_name_the_node_op_and_opset() {
         IoError::OnnxUnsupported { node, op, opset, .. } => assert_eq!((node.as_str(), op.as_str(), opset), ("NoSuchOp_node", "NoSuchOp", 17)),
         e => panic!("{e}"),
     }
+}
+
+/// A Bool scalar graph input.
+fn bool_input(name: &str) -> Vec<u8> {
+    let tensor_type = pb::msg(1, &[pb::int(1, 9), pb::msg(2, &[])]);
+    pb::msg(11, &[pb::bytes(1, name.as_bytes()), pb::msg(2, &[tensor_type])])
+}
+
+/// `node` with graph attributes, each a name and the sub-graph's `GraphProto` fields.
+fn node_with_graphs(op: &str, inputs: &[&str], outputs: &[&str], graphs: &[(&str, Vec<Vec<u8>>)]) -> Vec<u8> {
+    let mut parts: Vec<Vec<u8>> = inputs.iter().map(|i| pb::bytes(1, i.as_bytes())).collect();
+    parts.extend(outputs.iter().map(|o| pb::bytes(2, o.as_bytes())));
+    parts.push(pb::bytes(3, format!("{op}_node").as_bytes()));
+    parts.push(pb::bytes(4, op.as_bytes()));
+    for (name, graph) in graphs {
+        parts.push(pb::msg(5, &[pb::bytes(1, name.as_bytes()), pb::msg(6, graph), pb::int(20, 5)]));
+    }
+    pb::msg(1, &parts)
+}
+
+/// A branch named `name` returning `Relu(x)` for each of `outputs`.
+fn branch(name: &str, outputs: &[&str]) -> Vec<Vec<u8>> {
+    let mut parts = vec![pb::bytes(2, name.as_bytes())];
+    for o in outputs {
+        parts.push(node("Relu", &["x"], &[o]));
+        parts.push(value_info(12, o, &[2]));
+    }
+    parts
+}
+
+#[test]
+fn malformed_subgraphs_name_the_node_and_the_branch() {
+    let if_model = |then_outs: &[&str], else_parts: Vec<Vec<u8>>| {
+        let graphs = [("then_branch", branch("then", then_outs)), ("else_branch", else_parts)];
+        model(&[
+            node_with_graphs("If", &["c"], &["y"], &graphs),
+            bool_input("c"),
+            value_info(11, "x", &[2]),
+            value_info(12, "y", &[2]),
+        ])
+    };
+    match fails("if_counts", &if_model(&["a"], branch("else", &["a", "b"]))) {
+        IoError::OnnxNode { node, op, reason, .. } => {
+            assert_eq!((node.as_str(), op.as_str()), ("If_node", "If"));
+            assert!(reason.contains("then_branch returns 1 outputs, else_branch 2"), "{reason}");
+        }
+        e => panic!("{e}"),
+    }
+    let unknown = vec![pb::bytes(2, b"else"), node("NoSuchOp", &["x"], &["a"]), value_info(12, "a", &[2])];
+    match fails("if_inner_op", &if_model(&["a"], unknown)) {
+        IoError::OnnxUnsupported { node, op, reason, .. } => {
+            assert_eq!((node.as_str(), op.as_str()), ("If_node", "If"));
+            assert!(reason.contains("sub-graph `else`") && reason.contains("`NoSuchOp_node` (NoSuchOp)"), "{reason}");
+        }
+        e => panic!("{e}"),
+    }
+    let dangling = vec![pb::bytes(2, b"else"), node("Relu", &["nowhere"], &["a"]), value_info(12, "a", &[2])];
+    let e = fails("if_dangling", &if_model(&["a"], dangling));
+    assert!(e.to_string().contains("`nowhere`") && e.to_string().contains("If_node"), "{e}");
 }
 
 #[test]

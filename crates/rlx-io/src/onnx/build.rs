@@ -2,6 +2,9 @@
 //! folded to constants on the spot when every input is constant (with the evaluator the
 //! caller lends, so folding runs the backend's kernels), and static values read back where
 //! an ONNX input must be known at import (shapes, axes, pads).
+//!
+//! ONNX sequences and optionals have no rlx counterpart: the importer keeps them as [`Value`]s,
+//! a list of rlx tensors whose length is fixed at import, or an empty optional.
 
 use super::ops::{OpError, OpResult};
 use super::tensor::{from_f64s, to_f64s, to_i64s};
@@ -13,6 +16,36 @@ use rlx_opt::fold::ConstEval;
 /// Largest result folded at import, in bytes.
 pub const MAX_FOLD_BYTES: usize = 1 << 24;
 
+/// An ONNX value while importing. A present optional is its contained value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Tensor(ValueId),
+    /// A sequence of tensors, in order; its length is known at import.
+    Sequence(Vec<ValueId>),
+    /// An empty optional.
+    Absent,
+}
+
+impl Value {
+    /// The rlx values this value is made of, in order.
+    pub fn tensors(&self) -> Vec<ValueId> {
+        match self {
+            Value::Tensor(v) => vec![*v],
+            Value::Sequence(vs) => vs.clone(),
+            Value::Absent => Vec::new(),
+        }
+    }
+
+    /// What the value holds, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Tensor(_) => "a tensor",
+            Value::Sequence(_) => "a sequence",
+            Value::Absent => "an empty optional",
+        }
+    }
+}
+
 /// The rlx graph being built, with the constant evaluator.
 pub struct Cx<'e> {
     pub g: Graph,
@@ -22,6 +55,11 @@ pub struct Cx<'e> {
 impl<'e> Cx<'e> {
     pub fn new(eval: Option<&'e dyn ConstEval>) -> Cx<'e> {
         Cx { g: Graph::new(), eval }
+    }
+
+    /// An empty graph with the same evaluator, for a sub-graph.
+    pub fn sub(&self) -> Cx<'e> {
+        Cx::new(self.eval)
     }
 
     /// Appends `op` on `inputs`, or its folded constant results.

@@ -6,6 +6,10 @@
 //! as tensors but rlx needs as attributes (shapes, axes, pads) must be constants at import:
 //! initializers, `Constant` nodes, or results of nodes folded with the evaluator the caller
 //! lends ([`ImportOptions::evaluator`]).
+//!
+//! Sequences and optionals have no rlx type: the importer tracks a sequence as a list of rlx
+//! tensors whose length is known at import, and an optional as its value or nothing
+//! ([`Layout`] says how a graph input or output is laid out).
 
 mod build;
 mod import;
@@ -21,7 +25,7 @@ use crate::mapped::Mapped;
 use rlx_ir::{Graph, TensorType};
 use rlx_opt::fold::ConstEval;
 use rlx_runtime::Tensor;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// How to import a model.
@@ -31,6 +35,11 @@ pub struct ImportOptions<'e> {
     /// Values for graph inputs (by name): these inputs become constants of the graph (for
     /// models that feed shapes or axes as inputs).
     pub input_values: HashMap<String, TensorData>,
+    /// Element dims of sequence inputs (by name): element `k` of input `s` becomes the rlx
+    /// input `s[k]`.
+    pub sequence_inputs: HashMap<String, Vec<Vec<usize>>>,
+    /// Optional inputs that are empty.
+    pub absent_inputs: HashSet<String>,
     /// Evaluates nodes whose inputs are all constants while importing.
     pub evaluator: Option<&'e dyn ConstEval>,
     /// Initializers up to this many bytes become constants, larger ones parameters.
@@ -42,6 +51,8 @@ impl Default for ImportOptions<'_> {
         ImportOptions {
             input_shapes: HashMap::new(),
             input_values: HashMap::new(),
+            sequence_inputs: HashMap::new(),
+            absent_inputs: HashSet::new(),
             evaluator: None,
             max_constant_bytes: 1 << 16,
         }
@@ -56,8 +67,29 @@ pub struct OnnxGraph {
     pub params: Vec<(String, Tensor)>,
     /// The runtime inputs (graph inputs that are neither initializers nor given values).
     pub inputs: Vec<(String, TensorType)>,
-    /// Names of the graph outputs, in order.
-    pub outputs: Vec<String>,
+    /// Names of the graph outputs, in order, with the rlx outputs each is made of.
+    pub outputs: Vec<(String, Layout)>,
+}
+
+/// How an ONNX graph output maps onto the rlx graph's outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Layout {
+    /// One tensor.
+    Tensor,
+    /// A sequence of this many tensors, one rlx output each.
+    Sequence(usize),
+    /// An empty optional: no rlx output.
+    Absent,
+}
+
+impl Layout {
+    pub(crate) fn of(v: &build::Value) -> Layout {
+        match v {
+            build::Value::Tensor(_) => Layout::Tensor,
+            build::Value::Sequence(vs) => Layout::Sequence(vs.len()),
+            build::Value::Absent => Layout::Absent,
+        }
+    }
 }
 
 /// Reads and imports the ONNX model at `path`.

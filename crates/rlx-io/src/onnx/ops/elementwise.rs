@@ -65,7 +65,6 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     ("Where", |cx, n| Ok(vec![cx.add1(Where {}, &[n.input(0)?, n.input(1)?, n.input(2)?])?])),
     ("Cast", cast),
     ("CastLike", cast_like),
-    ("Identity", |_, n| Ok(vec![n.input(0)?])),
     ("Dropout", dropout),
     ("Clip", clip),
     ("IsNaN", is_nan),

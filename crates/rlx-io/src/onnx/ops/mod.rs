@@ -5,6 +5,7 @@
 //! to several rlx ops.
 
 mod attention;
+mod control;
 mod conv;
 mod einsum;
 mod elementwise;
@@ -17,6 +18,7 @@ mod reduce;
 mod resize;
 mod rnn;
 mod rope;
+mod sequence;
 mod shape;
 mod signal;
 mod softmax;
@@ -25,8 +27,9 @@ mod ssm;
 mod testing;
 mod training;
 
-use super::build::Cx;
-use super::proto::{AttributeProto, NodeProto, OpsetId};
+use super::build::{Cx, Value};
+use super::import::{Env, Scope};
+use super::proto::{AttributeProto, GraphProto, NodeProto, OpsetId};
 use super::tensor::{decode, TensorData};
 use rlx_ir::{norm_axis, IrError, ValueId};
 use std::path::Path;
@@ -83,6 +86,45 @@ const DEFAULT_DOMAIN: &[&[(&str, Convert)]] = &[
     ssm::CONVERTERS,
     rope::CONVERTERS,
 ];
+
+/// A converter over whole ONNX values (sequences, optionals) or with sub-graphs: one value per
+/// output the node lists (or fewer, as for [`Convert`]).
+pub type ConvertValues = fn(&mut Cx<'_>, &ValueNode<'_, '_, '_>) -> OpResult<Vec<Value>>;
+
+/// The converter of an op over whole values, if it is one.
+pub fn value_converter(op_type: &str) -> Option<ConvertValues> {
+    [control::CONVERTERS, sequence::CONVERTERS].iter().flat_map(|t| t.iter()).find(|(name, _)| *name == op_type).map(|(_, f)| *f)
+}
+
+/// A node whose inputs may be sequences or optionals, with the scope its sub-graphs see.
+pub struct ValueNode<'n, 'a, 's> {
+    /// The node with its tensor inputs (other values read as omitted), for attributes.
+    pub onnx: OnnxNode<'n, 'a>,
+    /// One entry per listed input; `None` for an omitted input.
+    pub values: Vec<Option<Value>>,
+    pub scope: &'s Scope<'s>,
+    pub env: Env<'n>,
+}
+
+impl ValueNode<'_, '_, '_> {
+    /// Input `i`, which must be given.
+    pub fn value(&self, i: usize) -> OpResult<&Value> {
+        self.values.get(i).and_then(Option::as_ref).ok_or_else(|| OpError::Invalid(format!("input {i} is required")))
+    }
+
+    /// Input `i` as a sequence's elements.
+    pub fn sequence(&self, i: usize) -> OpResult<&[ValueId]> {
+        match self.value(i)? {
+            Value::Sequence(vs) => Ok(vs),
+            other => invalid(format!("input {i} must be a sequence, got {}", other.kind())),
+        }
+    }
+
+    /// A sub-graph attribute, which must be present.
+    pub fn graph(&self, name: &str) -> OpResult<&GraphProto<'_>> {
+        self.onnx.attr(name).and_then(|a| a.g.as_ref()).ok_or_else(|| OpError::Invalid(format!("graph attribute `{name}` is required")))
+    }
+}
 
 /// A node with its inputs resolved to rlx values and the opset of its domain in force.
 pub struct OnnxNode<'n, 'a> {
