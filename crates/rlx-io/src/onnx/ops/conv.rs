@@ -1,12 +1,12 @@
-//! Convolutions and pooling: `Conv`, `ConvTranspose`, `MaxPool`, `AveragePool`, `LpPool` and
-//! the global pools. ONNX's explicit or automatic (`SAME_*`) padding may be asymmetric; rlx's
+//! Convolutions and pooling: `Conv`, `ConvTranspose`, `MaxPool`, `AveragePool`, `LpPool`,
+//! the global pools and `LRN`. ONNX's explicit or automatic (`SAME_*`) padding may be asymmetric; rlx's
 //! windows pad symmetrically, so uneven pads become a `Pad` (or a crop) around the window op.
 //! 1-D windows run as 2-D ones over a unit height.
 
 use super::elementwise::{act, bin, bin_scalar};
 use super::shape::reshape_static;
 use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpError, OpResult};
-use rlx_ir::ops::conv::{Conv, Conv3d, ConvTranspose2d, ConvTranspose3d, Pool};
+use rlx_ir::ops::conv::{Conv, Conv3d, ConvTranspose2d, ConvTranspose3d, Im2Col, Pool};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
 use rlx_ir::ops::shape::{Narrow, Pad, PadMode};
@@ -20,6 +20,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     ("LpPool", |cx, n| pool(cx, n, PoolKind::Lp)),
     ("GlobalAveragePool", |cx, n| global(cx, n, ReduceOp::Mean)),
     ("GlobalMaxPool", |cx, n| global(cx, n, ReduceOp::Max)),
+    ("LRN", lrn),
 ];
 
 /// A window's per-axis geometry with ONNX's padding resolved to `[begin, end]` pairs.
@@ -323,11 +324,19 @@ fn dilated_pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x: ValueId, g: &Geometry,
     }
 }
 
-/// Combines, with `op`, the strided slices of the padded `x` at every offset of the window.
+/// Combines, with `op`, the cells of every window of the padded `x`: 2-D float windows as an
+/// `Im2Col` reduced over its columns, others as strided slices at every kernel offset.
 fn strided_windows(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, op: BinaryOp) -> OpResult<ValueId> {
     let dims = cx.dims(x)?;
     let spatial = g.kernel.len();
     let out: Vec<usize> = (0..spatial).map(|i| (dims[2 + i] - (g.kernel[i] - 1) * g.dilation[i] - 1) / g.stride[i] + 1).collect();
+    if spatial == 2 && cx.dtype(x).is_float() {
+        let planes = reshape_static(cx, x, &[dims[0] * dims[1], 1, dims[2], dims[3]])?;
+        let cols = cx.add1(Im2Col { kernel_size: g.kernel.clone(), stride: g.stride.clone(), padding: vec![0, 0], dilation: g.dilation.clone() }, &[planes])?;
+        let reduce = if op == BinaryOp::Max { ReduceOp::Max } else { ReduceOp::Sum };
+        let r = cx.add1(Reduce { op: reduce, axes: vec![1], keep_dim: false }, &[cols])?;
+        return reshape_static(cx, r, &[dims[0], dims[1], out[0], out[1]]);
+    }
     let offsets: usize = g.kernel.iter().product();
     let mut acc: Option<ValueId> = None;
     for flat in 0..offsets {
@@ -380,4 +389,26 @@ fn global(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, op: ReduceOp) -> OpResult<Vec<V
     let x = n.input(0)?;
     let axes: Vec<usize> = (2..cx.rank(x)).collect();
     Ok(vec![cx.add1(Reduce { op, axes, keep_dim: true }, &[x])?])
+}
+
+/// `LRN`: `x / (bias + α/size · Σ x²)^β`, the sum over `size` neighbouring channels, taken as
+/// a sum pool over the channel axis of `[N, 1, C, rest]`.
+fn lrn(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dims = cx.dims(x)?;
+    let size = usize::try_from(n.int("size", 0)).ok().filter(|&s| s > 0).ok_or_else(|| OpError::Invalid("size must be positive".into()))?;
+    if dims.len() < 2 {
+        return invalid(format!("LRN needs [N, C, ...], got {dims:?}"));
+    }
+    let rest: usize = dims[2..].iter().product();
+    let sq = bin(cx, BinaryOp::Mul, x, x)?;
+    let sq = reshape_static(cx, sq, &[dims[0], 1, dims[1], rest])?;
+    let pads = vec![[0, 0], [0, 0], [(size - 1) / 2, size / 2], [0, 0]];
+    let sq = cx.add1(Pad { pads, mode: PadMode::Constant(0.0) }, &[sq])?;
+    let sum = cx.add1(Pool { kind: ReduceOp::Sum, kernel_size: vec![size, 1], stride: vec![1, 1], padding: vec![0, 0] }, &[sq])?;
+    let sum = reshape_static(cx, sum, &dims)?;
+    let scaled = bin_scalar(cx, BinaryOp::Mul, sum, n.float("alpha", 1e-4) as f64 / size as f64)?;
+    let base = bin_scalar(cx, BinaryOp::Add, scaled, n.float("bias", 1.0) as f64)?;
+    let denom = bin_scalar(cx, BinaryOp::Pow, base, n.float("beta", 0.75) as f64)?;
+    Ok(vec![bin(cx, BinaryOp::Div, x, denom)?])
 }
