@@ -1,8 +1,8 @@
 //! Gathers and scatters (`Gather`, `GatherElements`, `GatherND`, `ScatterElements`,
-//! `Scatter`, `ScatterND`) and `OneHot`, onto rlx's index ops.
+//! `Scatter`, `ScatterND`), `OneHot` and `ReverseSequence`, onto rlx's index ops.
 
 use super::elementwise::{bin, cast_to, select};
-use super::shape::reshape_static;
+use super::shape::{expand_to, reshape_static};
 use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
 use rlx_ir::ops::elementwise::{BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::index::{Gather, GatherElements, GatherNd, ScatterElements, ScatterNd, ScatterReduction};
@@ -26,6 +26,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
         Ok(vec![cx.add1(ScatterNd { reduction }, &[n.input(0)?, n.input(1)?, n.input(2)?])?])
     }),
     ("OneHot", one_hot),
+    ("ReverseSequence", reverse_sequence),
 ];
 
 fn reduction(n: &OnnxNode<'_, '_>) -> OpResult<ScatterReduction> {
@@ -94,4 +95,30 @@ fn one_hot(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let off = reshape_static(cx, off, &[])?;
     let on = reshape_static(cx, on, &[])?;
     Ok(vec![select(cx, hit, on, off)?])
+}
+
+/// `ReverseSequence(x, sequence_lens)`: along `time_axis`, batch entry `b` reads position
+/// `len[b] − 1 − t` for `t < len[b]` and `t` after; a `GatherElements` of those positions.
+fn reverse_sequence(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dims = cx.dims(x)?;
+    let time = n.axis(n.int("time_axis", 0), dims.len())?;
+    let batch = n.axis(n.int("batch_axis", 1), dims.len())?;
+    if time == batch || dims.len() < 2 {
+        return invalid(format!("time_axis and batch_axis must be different axes of {dims:?}"));
+    }
+    let mut len_dims = vec![1; dims.len()];
+    len_dims[batch] = dims[batch];
+    let lens = cast_to(cx, n.input(1)?, DType::I64)?;
+    let lens = reshape_static(cx, lens, &len_dims)?;
+    let mut t_dims = vec![1; dims.len()];
+    t_dims[time] = dims[time];
+    let t = cx.values(DType::I64, &t_dims, &(0..dims[time]).map(|i| i as f64).collect::<Vec<_>>())?;
+    let inside = cx.add1(Compare { op: CmpOp::Lt }, &[t, lens])?;
+    let last = bin(cx, BinaryOp::Sub, lens, t)?;
+    let one = cx.scalar(DType::I64, 1.0)?;
+    let mirrored = bin(cx, BinaryOp::Sub, last, one)?;
+    let idx = select(cx, inside, mirrored, t)?;
+    let idx = expand_to(cx, idx, &cx.ty(x).shape)?;
+    Ok(vec![cx.add1(GatherElements { axis: time as i32 }, &[x, idx])?])
 }

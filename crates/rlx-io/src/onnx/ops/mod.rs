@@ -8,8 +8,10 @@ mod conv;
 mod einsum;
 mod elementwise;
 mod index;
+mod linalg;
 mod matmul;
 mod norm;
+mod qlinear;
 mod quant;
 mod reduce;
 mod resize;
@@ -17,6 +19,7 @@ mod rnn;
 mod shape;
 mod signal;
 mod softmax;
+mod vision;
 
 use super::build::Cx;
 use super::proto::{AttributeProto, NodeProto};
@@ -62,6 +65,9 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         einsum::CONVERTERS,
         quant::CONVERTERS,
         signal::CONVERTERS,
+        vision::CONVERTERS,
+        linalg::CONVERTERS,
+        qlinear::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
