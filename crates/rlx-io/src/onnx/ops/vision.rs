@@ -1,15 +1,18 @@
 //! Image-geometry ops: `AffineGrid` (a `MatMul` of an import-time base grid by `theta`),
-//! `Col2Im` and `MaxUnpool` (scatter-adds at import-time positions).
+//! `GridSample` (gathers at computed cells, weighted), `Col2Im` and `MaxUnpool` (scatters at
+//! import-time positions).
 
-use super::shape::reshape_static;
+use super::elementwise::{act, bin, bin_scalar, cast_to, select};
+use super::shape::{expand_to, reshape_static};
 use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
 use crate::onnx::tensor::MAX_ELEMENTS;
-use rlx_ir::ops::index::{ScatterElements, ScatterNd, ScatterReduction};
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
+use rlx_ir::ops::index::{GatherElements, ScatterElements, ScatterNd, ScatterReduction};
 use rlx_ir::ops::matmul::MatMul;
 use rlx_ir::ops::shape::{Narrow, Pad, PadMode, Transpose};
 use rlx_ir::{DType, ValueId};
 
-pub const CONVERTERS: &[(&str, Convert)] = &[("AffineGrid", affine_grid), ("Col2Im", col2im), ("MaxUnpool", max_unpool)];
+pub const CONVERTERS: &[(&str, Convert)] = &[("AffineGrid", affine_grid), ("GridSample", grid_sample), ("Col2Im", col2im), ("MaxUnpool", max_unpool)];
 
 /// Non-negative integers of an import-time input, checked against a size limit.
 fn sizes(cx: &Cx<'_>, v: ValueId, what: &str) -> OpResult<Vec<usize>> {
@@ -163,4 +166,216 @@ fn max_unpool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     }
     let pads = dims.iter().zip(&inferred).map(|(d, i)| [0, d - i]).collect();
     Ok(vec![cx.add1(Pad { pads, mode: PadMode::Constant(0.0) }, &[y])?])
+}
+
+/// How `GridSample` reads between input cells.
+#[derive(Clone, Copy, PartialEq)]
+enum Sampling {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+/// Keys' cubic convolution weights (a = −0.75) of the four cells around a point `t` past
+/// the first of the middle two.
+fn cubic_weights(cx: &mut Cx<'_>, t: ValueId) -> OpResult<Vec<ValueId>> {
+    const A: f64 = -0.75;
+    let far = |cx: &mut Cx<'_>, d: ValueId| -> OpResult<ValueId> {
+        let p = bin_scalar(cx, BinaryOp::Mul, d, A)?;
+        let p = bin_scalar(cx, BinaryOp::Add, p, -5.0 * A)?;
+        let p = bin(cx, BinaryOp::Mul, p, d)?;
+        let p = bin_scalar(cx, BinaryOp::Add, p, 8.0 * A)?;
+        let p = bin(cx, BinaryOp::Mul, p, d)?;
+        bin_scalar(cx, BinaryOp::Add, p, -4.0 * A)
+    };
+    let near = |cx: &mut Cx<'_>, d: ValueId| -> OpResult<ValueId> {
+        let p = bin_scalar(cx, BinaryOp::Mul, d, A + 2.0)?;
+        let p = bin_scalar(cx, BinaryOp::Add, p, -(A + 3.0))?;
+        let p = bin(cx, BinaryOp::Mul, p, d)?;
+        let p = bin(cx, BinaryOp::Mul, p, d)?;
+        bin_scalar(cx, BinaryOp::Add, p, 1.0)
+    };
+    let t1 = bin_scalar(cx, BinaryOp::Add, t, 1.0)?;
+    let one_minus = bin_scalar(cx, BinaryOp::Mul, t, -1.0)?;
+    let one_minus = bin_scalar(cx, BinaryOp::Add, one_minus, 1.0)?;
+    let two_minus = bin_scalar(cx, BinaryOp::Add, one_minus, 1.0)?;
+    Ok(vec![far(cx, t1)?, near(cx, t)?, near(cx, one_minus)?, far(cx, two_minus)?])
+}
+
+/// `v` reflected off `[lo, hi]` until inside, as ONNX's reference does it.
+fn reflect(cx: &mut Cx<'_>, v: ValueId, lo: f64, hi: f64) -> OpResult<ValueId> {
+    let span = hi - lo;
+    let side = |cx: &mut Cx<'_>, dx: ValueId, near: f64, far: f64| -> OpResult<ValueId> {
+        let q = bin_scalar(cx, BinaryOp::Div, dx, span)?;
+        let n = act(cx, ActivationKind::Floor, q)?;
+        let whole = bin_scalar(cx, BinaryOp::Mul, n, span)?;
+        let r = bin(cx, BinaryOp::Sub, dx, whole)?;
+        let half = bin_scalar(cx, BinaryOp::Mul, n, 0.5)?;
+        let half_floor = act(cx, ActivationKind::Floor, half)?;
+        let even = cx.add1(Compare { op: CmpOp::Eq }, &[half, half_floor])?;
+        let dir = if far > near { 1.0 } else { -1.0 };
+        let from_near = bin_scalar(cx, BinaryOp::Mul, r, dir)?;
+        let from_near = bin_scalar(cx, BinaryOp::Add, from_near, near)?;
+        let from_far = bin_scalar(cx, BinaryOp::Mul, r, -dir)?;
+        let from_far = bin_scalar(cx, BinaryOp::Add, from_far, far)?;
+        select(cx, even, from_near, from_far)
+    };
+    let neg = bin_scalar(cx, BinaryOp::Mul, v, -1.0)?;
+    let below_dx = bin_scalar(cx, BinaryOp::Add, neg, lo)?;
+    let above_dx = bin_scalar(cx, BinaryOp::Add, v, -hi)?;
+    let below = side(cx, below_dx, lo, hi)?;
+    let above = side(cx, above_dx, hi, lo)?;
+    let lo_c = cx.scalar(cx.dtype(v), lo)?;
+    let hi_c = cx.scalar(cx.dtype(v), hi)?;
+    let is_below = cx.add1(Compare { op: CmpOp::Lt }, &[v, lo_c])?;
+    let is_above = cx.add1(Compare { op: CmpOp::Gt }, &[v, hi_c])?;
+    let rest = select(cx, is_above, above, v)?;
+    select(cx, is_below, below, rest)
+}
+
+/// One axis's taps: `(cell index as F32, weight)` pairs, weights zero where `zeros` padding
+/// leaves the input.
+type AxisTaps = Vec<(ValueId, Option<ValueId>)>;
+
+/// `GridSample(x [N, C, in…], grid [N, out…, k])`: per output cell, the input read at the
+/// grid's normalized point (`grid[…, 0]` along the last axis); every combination of the axes'
+/// taps is a `GatherElements` of flat cell indices, weighted and summed.
+fn grid_sample(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (x, grid) = (n.input(0)?, n.input(1)?);
+    let xd = cx.dims(x)?;
+    let gd = cx.dims(grid)?;
+    let k = xd.len().checked_sub(2).filter(|&k| k >= 1).ok_or_else(|| OpError::Invalid(format!("input {xd:?} needs spatial axes")))?;
+    if gd.len() != k + 2 || gd[0] != xd[0] || gd[k + 1] != k {
+        return invalid(format!("grid {gd:?} must be [{}, out…, {k}] for input {xd:?}", xd[0]));
+    }
+    let sampling = match n.string("mode", if n.opset >= 20 { "linear" } else { "bilinear" }).as_str() {
+        "nearest" => Sampling::Nearest,
+        "linear" | "bilinear" => Sampling::Linear,
+        "cubic" | "bicubic" => Sampling::Cubic,
+        m => return invalid(format!("mode `{m}`")),
+    };
+    let padding = n.string("padding_mode", "zeros");
+    if !["zeros", "border", "reflection"].contains(&padding.as_str()) {
+        return invalid(format!("padding_mode `{padding}`"));
+    }
+    let align = n.int("align_corners", 0) != 0;
+    let (nb, c) = (xd[0], xd[1]);
+    let q: usize = gd[1..=k].iter().product();
+    let work = DType::F32;
+    let g = cast_to(cx, grid, work)?;
+    let g = reshape_static(cx, g, &[nb, q, k])?;
+    let mut taps_per_axis: Vec<AxisTaps> = Vec::with_capacity(k);
+    for a in 0..k {
+        let len = xd[2 + a] as f64;
+        let comp = cx.add1(Narrow { axis: 2, start: k - 1 - a, len: 1 }, &[g])?;
+        let comp = reshape_static(cx, comp, &[nb, q])?;
+        let p = bin_scalar(cx, BinaryOp::Add, comp, 1.0)?;
+        let mut p = if align { bin_scalar(cx, BinaryOp::Mul, p, (len - 1.0) / 2.0)? } else {
+            let p = bin_scalar(cx, BinaryOp::Mul, p, len / 2.0)?;
+            bin_scalar(cx, BinaryOp::Add, p, -0.5)?
+        };
+        if sampling == Sampling::Nearest {
+            p = act(cx, ActivationKind::Round, p)?;
+        }
+        let (lo, hi) = if align { (0.0, len - 1.0) } else { (-0.5, len - 0.5) };
+        if padding == "border" {
+            let lo_c = cx.scalar(work, lo)?;
+            let hi_c = cx.scalar(work, hi)?;
+            let out_lo = cx.add1(Compare { op: CmpOp::Lt }, &[p, lo_c])?;
+            let out_hi = cx.add1(Compare { op: CmpOp::Gt }, &[p, hi_c])?;
+            let clamped = bin_scalar(cx, BinaryOp::Max, p, 0.0)?;
+            let clamped = bin_scalar(cx, BinaryOp::Min, clamped, len - 1.0)?;
+            let p1 = select(cx, out_hi, clamped, p)?;
+            p = select(cx, out_lo, clamped, p1)?;
+        } else if padding == "reflection" {
+            p = reflect(cx, p, lo, hi)?;
+        }
+        let (base, weights) = match sampling {
+            Sampling::Nearest => (p, vec![None]),
+            Sampling::Linear | Sampling::Cubic => {
+                let f = act(cx, ActivationKind::Floor, p)?;
+                let t = bin(cx, BinaryOp::Sub, p, f)?;
+                if sampling == Sampling::Linear {
+                    let w0 = bin_scalar(cx, BinaryOp::Mul, t, -1.0)?;
+                    let w0 = bin_scalar(cx, BinaryOp::Add, w0, 1.0)?;
+                    (f, vec![Some(w0), Some(t)])
+                } else {
+                    let f = bin_scalar(cx, BinaryOp::Add, f, -1.0)?;
+                    (f, cubic_weights(cx, t)?.into_iter().map(Some).collect())
+                }
+            }
+        };
+        let mut taps = Vec::with_capacity(weights.len());
+        for (j, w) in weights.into_iter().enumerate() {
+            let i = if j == 0 { base } else { bin_scalar(cx, BinaryOp::Add, base, j as f64)? };
+            let (i, w) = match padding.as_str() {
+                "zeros" => {
+                    let lo_c = cx.scalar(work, 0.0)?;
+                    let hi_c = cx.scalar(work, len - 1.0)?;
+                    let ge = cx.add1(Compare { op: CmpOp::Ge }, &[i, lo_c])?;
+                    let le = cx.add1(Compare { op: CmpOp::Le }, &[i, hi_c])?;
+                    let ge = cast_to(cx, ge, work)?;
+                    let le = cast_to(cx, le, work)?;
+                    let inside = bin(cx, BinaryOp::Mul, ge, le)?;
+                    let w = match w {
+                        Some(w) => bin(cx, BinaryOp::Mul, w, inside)?,
+                        None => inside,
+                    };
+                    (i, Some(w))
+                }
+                "reflection" => {
+                    let r = reflect(cx, i, lo, hi)?;
+                    (act(cx, ActivationKind::Floor, r)?, w)
+                }
+                _ => (i, w),
+            };
+            let i = bin_scalar(cx, BinaryOp::Max, i, 0.0)?;
+            let i = bin_scalar(cx, BinaryOp::Min, i, len - 1.0)?;
+            taps.push((i, w));
+        }
+        taps_per_axis.push(taps);
+    }
+    let cells: usize = xd[2..].iter().product();
+    let flat_x = reshape_static(cx, x, &[nb, c, cells])?;
+    let combos: usize = taps_per_axis.iter().map(Vec::len).product();
+    let mut total: Option<ValueId> = None;
+    for combo in 0..combos {
+        let mut rest = combo;
+        let mut index: Option<ValueId> = None;
+        let mut weight: Option<ValueId> = None;
+        for (a, taps) in taps_per_axis.iter().enumerate() {
+            let (i, w) = taps[rest % taps.len()];
+            rest /= taps.len();
+            let stride: usize = xd[3 + a..].iter().product();
+            let part = bin_scalar(cx, BinaryOp::Mul, i, stride as f64)?;
+            index = Some(match index {
+                Some(acc) => bin(cx, BinaryOp::Add, acc, part)?,
+                None => part,
+            });
+            if let Some(w) = w {
+                weight = Some(match weight {
+                    Some(acc) => bin(cx, BinaryOp::Mul, acc, w)?,
+                    None => w,
+                });
+            }
+        }
+        let index = index.ok_or_else(|| OpError::Invalid("no spatial axes".into()))?;
+        let index = cast_to(cx, index, DType::I64)?;
+        let index = reshape_static(cx, index, &[nb, 1, q])?;
+        let index = expand_to(cx, index, &rlx_ir::Shape::of(&[nb, c, q]))?;
+        let mut v = cx.add1(GatherElements { axis: 2 }, &[flat_x, index])?;
+        if let Some(w) = weight {
+            let w = reshape_static(cx, w, &[nb, 1, q])?;
+            let w = cast_to(cx, w, cx.dtype(x))?;
+            v = bin(cx, BinaryOp::Mul, v, w)?;
+        }
+        total = Some(match total {
+            Some(acc) => bin(cx, BinaryOp::Add, acc, v)?,
+            None => v,
+        });
+    }
+    let total = total.ok_or_else(|| OpError::Invalid("no taps".into()))?;
+    let mut dims = vec![nb, c];
+    dims.extend_from_slice(&gd[1..=k]);
+    Ok(vec![reshape_static(cx, total, &dims)?])
 }
