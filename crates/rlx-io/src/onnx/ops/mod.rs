@@ -5,6 +5,7 @@
 
 mod attention;
 mod conv;
+mod data_shaped;
 mod einsum;
 mod elementwise;
 mod index;
@@ -68,6 +69,7 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         vision::CONVERTERS,
         linalg::CONVERTERS,
         qlinear::CONVERTERS,
+        data_shaped::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
