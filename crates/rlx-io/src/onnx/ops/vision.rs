@@ -1,18 +1,19 @@
 //! Image-geometry ops: `AffineGrid` (a `MatMul` of an import-time base grid by `theta`),
-//! `GridSample` (gathers at computed cells, weighted), `Col2Im` and `MaxUnpool` (scatters at
+//! `GridSample` and `DeformConv` (gathers at computed cells, weighted), `Col2Im` and `MaxUnpool` (scatters at
 //! import-time positions).
 
+use super::conv::add_channel_bias;
 use super::elementwise::{act, bin, bin_scalar, cast_to, select};
 use super::shape::{expand_to, reshape_static};
-use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
+use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpError, OpResult};
 use crate::onnx::tensor::MAX_ELEMENTS;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::index::{GatherElements, ScatterElements, ScatterNd, ScatterReduction};
 use rlx_ir::ops::matmul::MatMul;
-use rlx_ir::ops::shape::{Narrow, Pad, PadMode, Transpose};
+use rlx_ir::ops::shape::{Concat, Narrow, Pad, PadMode, Transpose};
 use rlx_ir::{DType, ValueId};
 
-pub const CONVERTERS: &[(&str, Convert)] = &[("AffineGrid", affine_grid), ("GridSample", grid_sample), ("Col2Im", col2im), ("MaxUnpool", max_unpool)];
+pub const CONVERTERS: &[(&str, Convert)] = &[("AffineGrid", affine_grid), ("GridSample", grid_sample), ("DeformConv", deform_conv), ("Col2Im", col2im), ("MaxUnpool", max_unpool)];
 
 /// Non-negative integers of an import-time input, checked against a size limit.
 fn sizes(cx: &Cx<'_>, v: ValueId, what: &str) -> OpResult<Vec<usize>> {
@@ -290,53 +291,71 @@ fn grid_sample(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> 
         } else if padding == "reflection" {
             p = reflect(cx, p, lo, hi)?;
         }
-        let (base, weights) = match sampling {
-            Sampling::Nearest => (p, vec![None]),
-            Sampling::Linear | Sampling::Cubic => {
-                let f = act(cx, ActivationKind::Floor, p)?;
-                let t = bin(cx, BinaryOp::Sub, p, f)?;
-                if sampling == Sampling::Linear {
-                    let w0 = bin_scalar(cx, BinaryOp::Mul, t, -1.0)?;
-                    let w0 = bin_scalar(cx, BinaryOp::Add, w0, 1.0)?;
-                    (f, vec![Some(w0), Some(t)])
-                } else {
-                    let f = bin_scalar(cx, BinaryOp::Add, f, -1.0)?;
-                    (f, cubic_weights(cx, t)?.into_iter().map(Some).collect())
-                }
-            }
-        };
-        let mut taps = Vec::with_capacity(weights.len());
-        for (j, w) in weights.into_iter().enumerate() {
-            let i = if j == 0 { base } else { bin_scalar(cx, BinaryOp::Add, base, j as f64)? };
-            let (i, w) = match padding.as_str() {
-                "zeros" => {
-                    let lo_c = cx.scalar(work, 0.0)?;
-                    let hi_c = cx.scalar(work, len - 1.0)?;
-                    let ge = cx.add1(Compare { op: CmpOp::Ge }, &[i, lo_c])?;
-                    let le = cx.add1(Compare { op: CmpOp::Le }, &[i, hi_c])?;
-                    let ge = cast_to(cx, ge, work)?;
-                    let le = cast_to(cx, le, work)?;
-                    let inside = bin(cx, BinaryOp::Mul, ge, le)?;
-                    let w = match w {
-                        Some(w) => bin(cx, BinaryOp::Mul, w, inside)?,
-                        None => inside,
-                    };
-                    (i, Some(w))
-                }
-                "reflection" => {
-                    let r = reflect(cx, i, lo, hi)?;
-                    (act(cx, ActivationKind::Floor, r)?, w)
-                }
-                _ => (i, w),
-            };
-            let i = bin_scalar(cx, BinaryOp::Max, i, 0.0)?;
-            let i = bin_scalar(cx, BinaryOp::Min, i, len - 1.0)?;
-            taps.push((i, w));
-        }
-        taps_per_axis.push(taps);
+        taps_per_axis.push(axis_taps(cx, p, len, sampling, &padding, (lo, hi))?);
     }
     let cells: usize = xd[2..].iter().product();
     let flat_x = reshape_static(cx, x, &[nb, c, cells])?;
+    let total = gather_taps(cx, flat_x, &xd[2..], &taps_per_axis, q)?;
+    let mut dims = vec![nb, c];
+    dims.extend_from_slice(&gd[1..=k]);
+    Ok(vec![reshape_static(cx, total, &dims)?])
+}
+
+/// The taps of pixel-space positions `p` along an axis of `len` cells; `(lo, hi)` is the
+/// range `reflection` padding reflects off.
+fn axis_taps(cx: &mut Cx<'_>, p: ValueId, len: f64, sampling: Sampling, padding: &str, (lo, hi): (f64, f64)) -> OpResult<AxisTaps> {
+    let work = DType::F32;
+    let (base, weights) = match sampling {
+        Sampling::Nearest => (p, vec![None]),
+        Sampling::Linear | Sampling::Cubic => {
+            let f = act(cx, ActivationKind::Floor, p)?;
+            let t = bin(cx, BinaryOp::Sub, p, f)?;
+            if sampling == Sampling::Linear {
+                let w0 = bin_scalar(cx, BinaryOp::Mul, t, -1.0)?;
+                let w0 = bin_scalar(cx, BinaryOp::Add, w0, 1.0)?;
+                (f, vec![Some(w0), Some(t)])
+            } else {
+                let f = bin_scalar(cx, BinaryOp::Add, f, -1.0)?;
+                (f, cubic_weights(cx, t)?.into_iter().map(Some).collect())
+            }
+        }
+    };
+    let mut taps = Vec::with_capacity(weights.len());
+    for (j, w) in weights.into_iter().enumerate() {
+        let i = if j == 0 { base } else { bin_scalar(cx, BinaryOp::Add, base, j as f64)? };
+        let (i, w) = match padding {
+            "zeros" => {
+                let lo_c = cx.scalar(work, 0.0)?;
+                let hi_c = cx.scalar(work, len - 1.0)?;
+                let ge = cx.add1(Compare { op: CmpOp::Ge }, &[i, lo_c])?;
+                let le = cx.add1(Compare { op: CmpOp::Le }, &[i, hi_c])?;
+                let ge = cast_to(cx, ge, work)?;
+                let le = cast_to(cx, le, work)?;
+                let inside = bin(cx, BinaryOp::Mul, ge, le)?;
+                let w = match w {
+                    Some(w) => bin(cx, BinaryOp::Mul, w, inside)?,
+                    None => inside,
+                };
+                (i, Some(w))
+            }
+            "reflection" => {
+                let r = reflect(cx, i, lo, hi)?;
+                (act(cx, ActivationKind::Floor, r)?, w)
+            }
+            _ => (i, w),
+        };
+        let i = bin_scalar(cx, BinaryOp::Max, i, 0.0)?;
+        let i = bin_scalar(cx, BinaryOp::Min, i, len - 1.0)?;
+        taps.push((i, w));
+    }
+    Ok(taps)
+}
+
+/// `Σ` over every combination of the axes' taps of `x [N, C, cells]` at the combined flat
+/// cell index, times the taps' weights: `[N, C, q]`.
+fn gather_taps(cx: &mut Cx<'_>, flat_x: ValueId, spatial: &[usize], taps_per_axis: &[AxisTaps], q: usize) -> OpResult<ValueId> {
+    let xd = cx.dims(flat_x)?;
+    let (nb, c) = (xd[0], xd[1]);
     let combos: usize = taps_per_axis.iter().map(Vec::len).product();
     let mut total: Option<ValueId> = None;
     for combo in 0..combos {
@@ -346,7 +365,7 @@ fn grid_sample(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> 
         for (a, taps) in taps_per_axis.iter().enumerate() {
             let (i, w) = taps[rest % taps.len()];
             rest /= taps.len();
-            let stride: usize = xd[3 + a..].iter().product();
+            let stride: usize = spatial[a + 1..].iter().product();
             let part = bin_scalar(cx, BinaryOp::Mul, i, stride as f64)?;
             index = Some(match index {
                 Some(acc) => bin(cx, BinaryOp::Add, acc, part)?,
@@ -366,7 +385,7 @@ fn grid_sample(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> 
         let mut v = cx.add1(GatherElements { axis: 2 }, &[flat_x, index])?;
         if let Some(w) = weight {
             let w = reshape_static(cx, w, &[nb, 1, q])?;
-            let w = cast_to(cx, w, cx.dtype(x))?;
+            let w = cast_to(cx, w, cx.dtype(flat_x))?;
             v = bin(cx, BinaryOp::Mul, v, w)?;
         }
         total = Some(match total {
@@ -374,8 +393,91 @@ fn grid_sample(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> 
             None => v,
         });
     }
-    let total = total.ok_or_else(|| OpError::Invalid("no taps".into()))?;
-    let mut dims = vec![nb, c];
-    dims.extend_from_slice(&gd[1..=k]);
-    Ok(vec![reshape_static(cx, total, &dims)?])
+    total.ok_or_else(|| OpError::Invalid("no taps".into()))
+}
+
+/// `DeformConv(x, w, offset[, B, mask])` (2-D): each kernel tap reads `x` bilinearly (zero
+/// outside) at its regular position plus its learned offset, scaled by the mask; the sampled
+/// columns `[N, C·kH·kW, oH·oW]` then meet the weights in one `MatMul` per group.
+fn deform_conv(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (x, w, offset) = (n.input(0)?, n.input(1)?, n.input(2)?);
+    let (xd, wd, od) = (cx.dims(x)?, cx.dims(w)?, cx.dims(offset)?);
+    if xd.len() != 4 || wd.len() != 4 || od.len() != 4 {
+        return unsupported(format!("DeformConv of {}-D input", xd.len().saturating_sub(2)));
+    }
+    let (nb, c, oc) = (xd[0], xd[1], wd[0]);
+    let (kh, kw) = (wd[2], wd[3]);
+    let group = n.int("group", 1).max(1) as usize;
+    let offset_group = n.int("offset_group", 1).max(1) as usize;
+    let ints = |name: &str, default: Vec<i64>| n.ints(name).unwrap_or(default);
+    let (stride, dil, pads) = (ints("strides", vec![1, 1]), ints("dilations", vec![1, 1]), ints("pads", vec![0; 4]));
+    if stride.len() != 2 || dil.len() != 2 || pads.len() != 4 || c % group != 0 || c % offset_group != 0 || oc % group != 0 || wd[1] * group != c {
+        return invalid(format!("DeformConv geometry: x {xd:?}, w {wd:?}, group {group}, offset_group {offset_group}"));
+    }
+    let (oh, ow) = (od[2], od[3]);
+    let k = kh * kw;
+    if od[1] != offset_group * k * 2 || od[0] != nb {
+        return invalid(format!("offset {od:?} must be [{nb}, {}, oH, oW]", offset_group * k * 2));
+    }
+    let q = oh * ow;
+    let work = DType::F32;
+    let offset = cast_to(cx, offset, work)?;
+    let offset = reshape_static(cx, offset, &[nb, offset_group * k * 2, q])?;
+    let mask = match n.opt_input(4) {
+        Some(m) => {
+            let m = cast_to(cx, m, cx.dtype(x))?;
+            Some(reshape_static(cx, m, &[nb, offset_group * k, 1, q])?)
+        }
+        None => None,
+    };
+    let flat_x = reshape_static(cx, x, &[nb, c, xd[2] * xd[3]])?;
+    let cg = c / offset_group;
+    let mut groups = Vec::with_capacity(offset_group);
+    for g in 0..offset_group {
+        let xg = cx.add1(Narrow { axis: 1, start: g * cg, len: cg }, &[flat_x])?;
+        let mut cols = Vec::with_capacity(k);
+        for tap in 0..k {
+            let (i, j) = (tap / kw, tap % kw);
+            let mut taps = Vec::with_capacity(2);
+            for (a, (regular, extent)) in [(i, xd[2]), (j, xd[3])].into_iter().enumerate() {
+                let base: Vec<f64> = (0..q)
+                    .map(|cell| {
+                        let o = if a == 0 { cell / ow } else { cell % ow };
+                        (o as i64 * stride[a] - pads[a] + regular as i64 * dil[a]) as f64
+                    })
+                    .collect();
+                let base = cx.values(work, &[1, q], &base)?;
+                let row = (g * k + tap) * 2 + a;
+                let d = cx.add1(Narrow { axis: 1, start: row, len: 1 }, &[offset])?;
+                let d = reshape_static(cx, d, &[nb, q])?;
+                let p = bin(cx, BinaryOp::Add, d, base)?;
+                taps.push(axis_taps(cx, p, extent as f64, Sampling::Linear, "zeros", (0.0, extent as f64 - 1.0))?);
+            }
+            let v = gather_taps(cx, xg, &xd[2..], &taps, q)?;
+            let mut v = reshape_static(cx, v, &[nb, cg, 1, q])?;
+            if let Some(m) = mask {
+                let mt = cx.add1(Narrow { axis: 1, start: g * k + tap, len: 1 }, &[m])?;
+                v = bin(cx, BinaryOp::Mul, v, mt)?;
+            }
+            cols.push(v);
+        }
+        groups.push(cx.add1(Concat { axis: 2 }, &cols)?);
+    }
+    let cols = if groups.len() == 1 { groups[0] } else { cx.add1(Concat { axis: 1 }, &groups)? };
+    let (ci, co) = (c / group, oc / group);
+    let mut outs = Vec::with_capacity(group);
+    for g in 0..group {
+        let cg = cx.add1(Narrow { axis: 1, start: g * ci, len: ci }, &[cols])?;
+        let cg = reshape_static(cx, cg, &[nb, ci * k, q])?;
+        let wg = cx.add1(Narrow { axis: 0, start: g * co, len: co }, &[w])?;
+        let wg = reshape_static(cx, wg, &[1, co, ci * k])?;
+        let wg = expand_to(cx, wg, &rlx_ir::Shape::of(&[nb, co, ci * k]))?;
+        outs.push(cx.add1(MatMul {}, &[wg, cg])?);
+    }
+    let y = if outs.len() == 1 { outs[0] } else { cx.add1(Concat { axis: 1 }, &outs)? };
+    let mut y = reshape_static(cx, y, &[nb, oc, oh, ow])?;
+    if let Some(b) = n.opt_input(3) {
+        y = add_channel_bias(cx, y, b)?;
+    }
+    Ok(vec![y])
 }
