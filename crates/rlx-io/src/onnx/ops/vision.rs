@@ -1,5 +1,5 @@
 //! Image-geometry ops: `AffineGrid` (a `MatMul` of an import-time base grid by `theta`),
-//! `GridSample` and `DeformConv` (gathers at computed cells, weighted), `Col2Im` and `MaxUnpool` (scatters at
+//! `GridSample`, `DeformConv` and `RoiAlign` (gathers at computed cells, weighted), `Col2Im` and `MaxUnpool` (scatters at
 //! import-time positions).
 
 use super::conv::add_channel_bias;
@@ -10,10 +10,11 @@ use crate::onnx::tensor::MAX_ELEMENTS;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::index::{GatherElements, ScatterElements, ScatterNd, ScatterReduction};
 use rlx_ir::ops::matmul::MatMul;
+use rlx_ir::ops::reduce::{Reduce, ReduceOp};
 use rlx_ir::ops::shape::{Concat, Narrow, Pad, PadMode, Transpose};
 use rlx_ir::{DType, ValueId};
 
-pub const CONVERTERS: &[(&str, Convert)] = &[("AffineGrid", affine_grid), ("GridSample", grid_sample), ("DeformConv", deform_conv), ("Col2Im", col2im), ("MaxUnpool", max_unpool)];
+pub const CONVERTERS: &[(&str, Convert)] = &[("AffineGrid", affine_grid), ("GridSample", grid_sample), ("DeformConv", deform_conv), ("RoiAlign", roi_align), ("Col2Im", col2im), ("MaxUnpool", max_unpool)];
 
 /// Non-negative integers of an import-time input, checked against a size limit.
 fn sizes(cx: &Cx<'_>, v: ValueId, what: &str) -> OpResult<Vec<usize>> {
@@ -480,4 +481,105 @@ fn deform_conv(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> 
         y = add_channel_bias(cx, y, b)?;
     }
     Ok(vec![y])
+}
+
+/// One axis of `RoiAlign`'s sample points: `(low cell, weight)` and `(high cell, weight)` as
+/// `[R, P·sr]` F32 values, with ONNX's reference clamping (points beyond `[−1, extent]` weigh 0).
+fn roi_axis(cx: &mut Cx<'_>, start: ValueId, bin_size: ValueId, pooled: usize, sr: usize, extent: usize) -> OpResult<[(ValueId, ValueId); 2]> {
+    let work = DType::F32;
+    let frac: Vec<f64> = (0..pooled * sr).map(|k| (k / sr) as f64 + ((k % sr) as f64 + 0.5) / sr as f64).collect();
+    let frac = cx.values(work, &[1, pooled * sr], &frac)?;
+    let step = bin(cx, BinaryOp::Mul, bin_size, frac)?;
+    let p = bin(cx, BinaryOp::Add, start, step)?;
+    let lo_c = cx.scalar(work, -1.0)?;
+    let hi_c = cx.scalar(work, extent as f64)?;
+    let ge = cx.add1(Compare { op: CmpOp::Ge }, &[p, lo_c])?;
+    let le = cx.add1(Compare { op: CmpOp::Le }, &[p, hi_c])?;
+    let ge = cast_to(cx, ge, work)?;
+    let le = cast_to(cx, le, work)?;
+    let valid = bin(cx, BinaryOp::Mul, ge, le)?;
+    let p = bin_scalar(cx, BinaryOp::Max, p, 0.0)?;
+    let low = act(cx, ActivationKind::Floor, p)?;
+    let last = cx.scalar(work, extent as f64 - 1.0)?;
+    let top = cx.add1(Compare { op: CmpOp::Ge }, &[low, last])?;
+    let low = select(cx, top, last, low)?;
+    let next = bin_scalar(cx, BinaryOp::Add, low, 1.0)?;
+    let high = select(cx, top, last, next)?;
+    let frac = bin(cx, BinaryOp::Sub, p, low)?;
+    let zero = cx.scalar(work, 0.0)?;
+    let l = select(cx, top, zero, frac)?;
+    let h = bin_scalar(cx, BinaryOp::Mul, l, -1.0)?;
+    let h = bin_scalar(cx, BinaryOp::Add, h, 1.0)?;
+    let wl = bin(cx, BinaryOp::Mul, h, valid)?;
+    let wh = bin(cx, BinaryOp::Mul, l, valid)?;
+    Ok([(low, wl), (high, wh)])
+}
+
+/// `RoiAlign(x, rois [R, 4], batch_indices [R])` with a fixed `sampling_ratio`: `sr×sr`
+/// bilinear samples per output bin, averaged or maxed; out `[R, C, output_height, output_width]`.
+fn roi_align(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let (x, rois, batch) = (n.input(0)?, n.input(1)?, n.input(2)?);
+    let xd = cx.dims(x)?;
+    let rd = cx.dims(rois)?;
+    if xd.len() != 4 || rd.len() != 2 || rd[1] != 4 {
+        return invalid(format!("RoiAlign needs x [N, C, H, W] and rois [R, 4], got {xd:?} and {rd:?}"));
+    }
+    let sr = usize::try_from(n.int("sampling_ratio", 0)).ok().filter(|&s| s > 0).ok_or_else(|| OpError::Unsupported("sampling_ratio 0 (adaptive, from the roi sizes)".into()))?;
+    let (ph, pw) = (n.int("output_height", 1).max(1) as usize, n.int("output_width", 1).max(1) as usize);
+    let max_mode = match n.string("mode", "avg").as_str() {
+        "avg" => false,
+        "max" => true,
+        m => return invalid(format!("mode `{m}`")),
+    };
+    let half_pixel = n.string("coordinate_transformation_mode", "half_pixel") == "half_pixel";
+    let scale = n.float("spatial_scale", 1.0) as f64;
+    let (r, c, h, w) = (rd[0], xd[1], xd[2], xd[3]);
+    let work = DType::F32;
+    let rois = cast_to(cx, rois, work)?;
+    let rois = bin_scalar(cx, BinaryOp::Mul, rois, scale)?;
+    let rois = bin_scalar(cx, BinaryOp::Add, rois, if half_pixel { -0.5 } else { 0.0 })?;
+    let col = |cx: &mut Cx<'_>, i: usize| cx.add1(Narrow { axis: 1, start: i, len: 1 }, &[rois]);
+    let (x1, y1, x2, y2) = (col(cx, 0)?, col(cx, 1)?, col(cx, 2)?, col(cx, 3)?);
+    let mut size_w = bin(cx, BinaryOp::Sub, x2, x1)?;
+    let mut size_h = bin(cx, BinaryOp::Sub, y2, y1)?;
+    if !half_pixel {
+        size_w = bin_scalar(cx, BinaryOp::Max, size_w, 1.0)?;
+        size_h = bin_scalar(cx, BinaryOp::Max, size_h, 1.0)?;
+    }
+    let bin_h = bin_scalar(cx, BinaryOp::Div, size_h, ph as f64)?;
+    let bin_w = bin_scalar(cx, BinaryOp::Div, size_w, pw as f64)?;
+    let ys = roi_axis(cx, y1, bin_h, ph, sr, h)?;
+    let xs = roi_axis(cx, x1, bin_w, pw, sr, w)?;
+    let batch = cast_to(cx, batch, DType::I64)?;
+    let planes = cx.add1(rlx_ir::ops::index::Gather { axis: 0 }, &[x, batch])?;
+    let planes = reshape_static(cx, planes, &[r, c, h * w])?;
+    let (qy, qx) = (ph * sr, pw * sr);
+    let q = qy * qx;
+    let mut acc: Option<ValueId> = None;
+    for (yi, yw) in ys {
+        for &(xi, xw) in &xs {
+            let yi = reshape_static(cx, yi, &[r, qy, 1])?;
+            let xi = reshape_static(cx, xi, &[r, 1, qx])?;
+            let row = bin_scalar(cx, BinaryOp::Mul, yi, w as f64)?;
+            let idx = bin(cx, BinaryOp::Add, row, xi)?;
+            let idx = cast_to(cx, idx, DType::I64)?;
+            let idx = reshape_static(cx, idx, &[r, 1, q])?;
+            let idx = expand_to(cx, idx, &rlx_ir::Shape::of(&[r, c, q]))?;
+            let yw = reshape_static(cx, yw, &[r, qy, 1])?;
+            let xw = reshape_static(cx, xw, &[r, 1, qx])?;
+            let wt = bin(cx, BinaryOp::Mul, yw, xw)?;
+            let wt = reshape_static(cx, wt, &[r, 1, q])?;
+            let wt = cast_to(cx, wt, cx.dtype(x))?;
+            let v = cx.add1(GatherElements { axis: 2 }, &[planes, idx])?;
+            let v = bin(cx, BinaryOp::Mul, v, wt)?;
+            acc = Some(match acc {
+                Some(a) => bin(cx, if max_mode { BinaryOp::Max } else { BinaryOp::Add }, a, v)?,
+                None => v,
+            });
+        }
+    }
+    let acc = acc.ok_or_else(|| OpError::Invalid("no samples".into()))?;
+    let acc = reshape_static(cx, acc, &[r, c, ph, sr, pw, sr])?;
+    let op = if max_mode { ReduceOp::Max } else { ReduceOp::Mean };
+    Ok(vec![cx.add1(Reduce { op, axes: vec![3, 5], keep_dim: false }, &[acc])?])
 }
