@@ -20,6 +20,7 @@ mod rnn;
 mod shape;
 mod signal;
 mod softmax;
+mod text;
 mod vision;
 
 use super::build::Cx;
@@ -70,6 +71,7 @@ pub fn converter(op_type: &str) -> Option<Convert> {
         linalg::CONVERTERS,
         qlinear::CONVERTERS,
         data_shaped::CONVERTERS,
+        text::CONVERTERS,
     ]
     .iter()
     .flat_map(|t| t.iter())
