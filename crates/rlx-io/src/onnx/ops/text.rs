@@ -8,7 +8,7 @@ use rlx_ir::ops::elementwise::{BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
 use rlx_ir::ops::shape::{Concat, Narrow};
 use rlx_ir::{DType, ValueId};
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 
 pub const CONVERTERS: &[(&str, Convert)] = &[("TfIdfVectorizer", tfidf)];
 
@@ -61,10 +61,10 @@ fn tfidf(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
             continue;
         }
         for &token in gram {
-            if !matches.contains_key(&token) {
+            if let Entry::Vacant(slot) = matches.entry(token) {
                 let t = cx.scalar(DType::I64, token as f64)?;
                 let eq = cx.add1(Compare { op: CmpOp::Eq }, &[xi, t])?;
-                matches.insert(token, cast_to(cx, eq, DType::F32)?);
+                slot.insert(cast_to(cx, eq, DType::F32)?);
             }
         }
         let skips = if size == 1 { 1 } else { max_skip + 1 };

@@ -72,7 +72,7 @@ fn scatter_cells(cx: &mut Cx<'_>, updates: ValueId, targets: &[usize], cells: us
     let idx: Vec<f64> = (0..nb * c).flat_map(|_| targets.iter().map(|&t| t as f64)).collect();
     let idx = cx.values(DType::I64, &[nb, c, targets.len()], &idx)?;
     let zeros = cx.values(cx.dtype(updates), &[nb, c, cells], &vec![0.0; nb * c * cells])?;
-    Ok(cx.add1(ScatterElements { axis: 2, reduction: ScatterReduction::Add }, &[zeros, idx, updates])?)
+    cx.add1(ScatterElements { axis: 2, reduction: ScatterReduction::Add }, &[zeros, idx, updates])
 }
 
 /// `Col2Im(input [N, C·∏block, L], image_shape, block_shape)`: every column entry added to
