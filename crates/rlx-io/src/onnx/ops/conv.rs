@@ -1,13 +1,13 @@
-//! Convolutions and pooling: `Conv`, `ConvTranspose`, `MaxPool`, `AveragePool`, `LpPool` and
-//! the global pools. ONNX's explicit or automatic (`SAME_*`) padding may be asymmetric; rlx's
+//! Convolutions and pooling: `Conv`, `ConvTranspose`, `MaxPool`, `AveragePool`, `LpPool`,
+//! the global pools and `LRN`. ONNX's explicit or automatic (`SAME_*`) padding may be asymmetric; rlx's
 //! windows pad symmetrically, so uneven pads become a `Pad` (or a crop) around the window op.
 //! 1-D windows run as 2-D ones over a unit height.
 
-use super::elementwise::{act, bin, bin_scalar};
-use super::shape::reshape_static;
-use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpError, OpResult};
-use rlx_ir::ops::conv::{Conv, Conv3d, ConvTranspose2d, ConvTranspose3d, Pool};
-use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
+use super::elementwise::{act, bin, bin_scalar, select};
+use super::shape::{expand_to, reshape_static};
+use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
+use rlx_ir::ops::conv::{Conv, Conv3d, ConvTranspose2d, ConvTranspose3d, Im2Col, Pool};
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp, Compare};
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
 use rlx_ir::ops::shape::{Narrow, Pad, PadMode};
 use rlx_ir::{DType, ValueId};
@@ -20,6 +20,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     ("LpPool", |cx, n| pool(cx, n, PoolKind::Lp)),
     ("GlobalAveragePool", |cx, n| global(cx, n, ReduceOp::Mean)),
     ("GlobalMaxPool", |cx, n| global(cx, n, ReduceOp::Max)),
+    ("LRN", lrn),
 ];
 
 /// A window's per-axis geometry with ONNX's padding resolved to `[begin, end]` pairs.
@@ -111,7 +112,15 @@ fn lift_1d(cx: &mut Cx<'_>, x: ValueId) -> OpResult<ValueId> {
 }
 
 fn conv(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
-    let (x, w) = (n.input(0)?, n.input(1)?);
+    let mut y = conv_values(cx, n, n.input(0)?, n.input(1)?)?;
+    if let Some(b) = n.opt_input(2) {
+        y = add_channel_bias(cx, y, b)?;
+    }
+    Ok(vec![y])
+}
+
+/// The convolution of `x` by `w` per `n`'s attributes, without a bias.
+pub(super) fn conv_values(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x: ValueId, w: ValueId) -> OpResult<ValueId> {
     let xd = cx.dims(x)?;
     let wd = cx.dims(w)?;
     let s = xd.len().checked_sub(2).filter(|s| (1..=3).contains(s)).ok_or_else(|| OpError::Unsupported(format!("{}-D input", xd.len())))?;
@@ -119,7 +128,7 @@ fn conv(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let g = geometry(n, kernel, &xd[2..], false)?;
     let groups = n.int("group", 1) as usize;
     let (xp, padding) = pre_pad(cx, x, &g, 0.0, false)?;
-    let mut y = match s {
+    let y = match s {
         1 => {
             let x2 = lift_1d(cx, xp)?;
             let w2 = lift_1d(cx, w)?;
@@ -134,14 +143,11 @@ fn conv(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
             cx.add1(Conv3d { stride: arr(&g.stride), padding: arr(&padding), dilation: arr(&g.dilation), groups }, &[xp, w])?
         }
     };
-    if let Some(b) = n.opt_input(2) {
-        y = add_channel_bias(cx, y, b)?;
-    }
-    Ok(vec![y])
+    Ok(y)
 }
 
 /// `y + b` with `b [C]` on the channel axis.
-fn add_channel_bias(cx: &mut Cx<'_>, y: ValueId, b: ValueId) -> OpResult<ValueId> {
+pub(super) fn add_channel_bias(cx: &mut Cx<'_>, y: ValueId, b: ValueId) -> OpResult<ValueId> {
     let rank = cx.rank(y);
     let c = cx.dims(b)?.iter().product();
     let mut dims = vec![1; rank];
@@ -151,7 +157,7 @@ fn add_channel_bias(cx: &mut Cx<'_>, y: ValueId, b: ValueId) -> OpResult<ValueId
 }
 
 /// `ConvTranspose`: uneven or `output_shape`-derived padding is applied as a crop of the
-/// unpadded result.
+/// unpadded result; an `output_shape` beyond the natural extent adds zeros (before the bias).
 fn conv_transpose(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let (x, w) = (n.input(0)?, n.input(1)?);
     let xd = cx.dims(x)?;
@@ -165,12 +171,15 @@ fn conv_transpose(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
     let full: Vec<usize> = (0..s).map(|i| (xd[2 + i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 + out_pad[i]).collect();
     let auto = n.string("auto_pad", "NOTSET");
     let mut pads = vec![[0usize; 2]; s];
+    let mut grow = vec![[0usize; 2]; s];
     if let Some(shape) = n.ints("output_shape") {
         let shape = &shape[shape.len().saturating_sub(s)..];
         for i in 0..s {
-            let total = full[i].checked_sub(shape[i] as usize).ok_or_else(|| OpError::Invalid(format!("output_shape {shape:?} exceeds the full extent")))?;
+            let total = full[i] as i64 - shape[i];
             let small = total / 2;
-            pads[i] = if auto == "SAME_LOWER" { [total - small, small] } else { [small, total - small] };
+            let pair = if auto == "SAME_LOWER" { [total - small, small] } else { [small, total - small] };
+            pads[i] = pair.map(|p| p.max(0) as usize);
+            grow[i] = pair.map(|p| (-p).max(0) as usize);
         }
     } else if auto == "SAME_UPPER" || auto == "SAME_LOWER" {
         for i in 0..s {
@@ -217,6 +226,11 @@ fn conv_transpose(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
             y = cx.add1(Narrow { axis: 2 + i, start: *b, len }, &[y])?;
         }
     }
+    if grow.iter().any(|g| g != &[0, 0]) {
+        let mut all = vec![[0, 0], [0, 0]];
+        all.extend(grow);
+        y = cx.add1(Pad { pads: all, mode: PadMode::Constant(0.0) }, &[y])?;
+    }
     if let Some(b) = n.opt_input(2) {
         y = add_channel_bias(cx, y, b)?;
     }
@@ -244,14 +258,18 @@ fn lowest(dt: DType) -> f64 {
 
 fn pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, kind: PoolKind) -> OpResult<Vec<ValueId>> {
     let x = n.input(0)?;
-    if n.proto.output.len() > 1 && !n.proto.output[1].is_empty() {
-        return unsupported("the Indices output");
-    }
     let xd = cx.dims(x)?;
     let s = xd.len().checked_sub(2).filter(|s| (1..=3).contains(s)).ok_or_else(|| OpError::Unsupported(format!("{}-D input", xd.len())))?;
     let kernel = per_axis(n, "kernel_shape", s, 0)?;
     let ceil = n.int("ceil_mode", 0) != 0;
     let g = geometry(n, kernel.clone(), &xd[2..], ceil)?;
+    if n.proto.output.len() > 1 && !n.proto.output[1].is_empty() {
+        if kind != PoolKind::Max {
+            return invalid("only MaxPool has an Indices output");
+        }
+        let (y, i) = max_with_indices(cx, x, &g, n.int("storage_order", 0) != 0)?;
+        return Ok(vec![y, i]);
+    }
     let explicit = geometry(n, kernel, &xd[2..], false)?.pads;
     let (x, lifted) = if s == 1 { (lift_1d(cx, x)?, true) } else { (x, false) };
     let (g, explicit) = if lifted {
@@ -323,11 +341,19 @@ fn dilated_pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x: ValueId, g: &Geometry,
     }
 }
 
-/// Combines, with `op`, the strided slices of the padded `x` at every offset of the window.
+/// Combines, with `op`, the cells of every window of the padded `x`: 2-D float windows as an
+/// `Im2Col` reduced over its columns, others as strided slices at every kernel offset.
 fn strided_windows(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, op: BinaryOp) -> OpResult<ValueId> {
     let dims = cx.dims(x)?;
     let spatial = g.kernel.len();
     let out: Vec<usize> = (0..spatial).map(|i| (dims[2 + i] - (g.kernel[i] - 1) * g.dilation[i] - 1) / g.stride[i] + 1).collect();
+    if spatial == 2 && cx.dtype(x).is_float() {
+        let planes = reshape_static(cx, x, &[dims[0] * dims[1], 1, dims[2], dims[3]])?;
+        let cols = cx.add1(Im2Col { kernel_size: g.kernel.clone(), stride: g.stride.clone(), padding: vec![0, 0], dilation: g.dilation.clone() }, &[planes])?;
+        let reduce = if op == BinaryOp::Max { ReduceOp::Max } else { ReduceOp::Sum };
+        let r = cx.add1(Reduce { op: reduce, axes: vec![1], keep_dim: false }, &[cols])?;
+        return reshape_static(cx, r, &[dims[0], dims[1], out[0], out[1]]);
+    }
     let offsets: usize = g.kernel.iter().product();
     let mut acc: Option<ValueId> = None;
     for flat in 0..offsets {
@@ -380,4 +406,81 @@ fn global(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, op: ReduceOp) -> OpResult<Vec<V
     let x = n.input(0)?;
     let axes: Vec<usize> = (2..cx.rank(x)).collect();
     Ok(vec![cx.add1(Reduce { op, axes, keep_dim: true }, &[x])?])
+}
+
+/// `LRN`: `x / (bias + α/size · Σ x²)^β`, the sum over `size` neighbouring channels, taken as
+/// a sum pool over the channel axis of `[N, 1, C, rest]`.
+fn lrn(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dims = cx.dims(x)?;
+    let size = usize::try_from(n.int("size", 0)).ok().filter(|&s| s > 0).ok_or_else(|| OpError::Invalid("size must be positive".into()))?;
+    if dims.len() < 2 {
+        return invalid(format!("LRN needs [N, C, ...], got {dims:?}"));
+    }
+    let rest: usize = dims[2..].iter().product();
+    let sq = bin(cx, BinaryOp::Mul, x, x)?;
+    let sq = reshape_static(cx, sq, &[dims[0], 1, dims[1], rest])?;
+    let pads = vec![[0, 0], [0, 0], [(size - 1) / 2, size / 2], [0, 0]];
+    let sq = cx.add1(Pad { pads, mode: PadMode::Constant(0.0) }, &[sq])?;
+    let sum = cx.add1(Pool { kind: ReduceOp::Sum, kernel_size: vec![size, 1], stride: vec![1, 1], padding: vec![0, 0] }, &[sq])?;
+    let sum = reshape_static(cx, sum, &dims)?;
+    let scaled = bin_scalar(cx, BinaryOp::Mul, sum, n.float("alpha", 1e-4) as f64 / size as f64)?;
+    let base = bin_scalar(cx, BinaryOp::Add, scaled, n.float("bias", 1.0) as f64)?;
+    let denom = bin_scalar(cx, BinaryOp::Pow, base, n.float("beta", 0.75) as f64)?;
+    Ok(vec![bin(cx, BinaryOp::Div, x, denom)?])
+}
+
+/// Max pooling with ONNX's `Indices`: every kernel offset's strided slice of the padded input
+/// replaces the running maximum where strictly greater (the first maximum wins), its flat
+/// input positions (`n·C·∏H + c·∏H +` row-major cell, or column-major with `storage_order`)
+/// replacing the running index.
+fn max_with_indices(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, column_major: bool) -> OpResult<(ValueId, ValueId)> {
+    let xd = cx.dims(x)?;
+    let (xp, _) = pre_pad(cx, x, g, lowest(cx.dtype(x)), true)?;
+    let pd = cx.dims(xp)?;
+    let s = g.kernel.len();
+    let spatial = &xd[2..];
+    let out: Vec<usize> = (0..s).map(|i| (pd[2 + i] - (g.kernel[i] - 1) * g.dilation[i] - 1) / g.stride[i] + 1).collect();
+    let cells: usize = out.iter().product();
+    let mut out_dims = vec![1, 1];
+    out_dims.extend_from_slice(&out);
+    let unravel = |mut flat: usize, dims: &[usize]| -> Vec<usize> {
+        let mut idx = vec![0; dims.len()];
+        for a in (0..dims.len()).rev() {
+            idx[a] = flat % dims[a];
+            flat /= dims[a];
+        }
+        idx
+    };
+    let mut best: Option<(ValueId, ValueId)> = None;
+    for flat in 0..g.kernel.iter().product() {
+        let k = unravel(flat, &g.kernel);
+        let mut v = xp;
+        for i in 0..s {
+            v = cx.add1(rlx_ir::ops::shape::Slice { axis: 2 + i, start: k[i] * g.dilation[i], len: out[i], step: g.stride[i] as i64 }, &[v])?;
+        }
+        let positions: Vec<f64> = (0..cells)
+            .map(|c| {
+                let o = unravel(c, &out);
+                let at: Vec<usize> = (0..s).map(|i| (o[i] * g.stride[i] + k[i] * g.dilation[i]).saturating_sub(g.pads[i][0]).min(spatial[i] - 1)).collect();
+                let axes: Vec<usize> = if column_major { (0..s).rev().collect() } else { (0..s).collect() };
+                axes.iter().fold(0, |acc, &i| acc * spatial[i] + at[i]) as f64
+            })
+            .collect();
+        let pos = cx.values(DType::I64, &out_dims, &positions)?;
+        best = Some(match best {
+            None => (v, expand_to(cx, pos, &cx.ty(v).shape)?),
+            Some((bv, bi)) => {
+                let wins = cx.add1(Compare { op: CmpOp::Gt }, &[v, bv])?;
+                (select(cx, wins, v, bv)?, select(cx, wins, pos, bi)?)
+            }
+        });
+    }
+    let (y, within) = best.ok_or_else(|| OpError::Invalid("empty window".into()))?;
+    let plane: usize = spatial.iter().product();
+    let mut base_dims = vec![xd[0], xd[1]];
+    base_dims.extend(vec![1; s]);
+    let base: Vec<f64> = (0..xd[0] * xd[1]).map(|p| (p * plane) as f64).collect();
+    let base = cx.values(DType::I64, &base_dims, &base)?;
+    Ok((y, bin(cx, BinaryOp::Add, within, base)?))
 }

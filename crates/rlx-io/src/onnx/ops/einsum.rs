@@ -1,11 +1,11 @@
 //! `Einsum`: each operand first sums the letters no one else needs, then operands combine
 //! pairwise through `DotGeneral` (shared letters kept for later are batch axes, shared
 //! letters needed by no one later are contracted), and a final `Transpose` orders the output.
-//! Ellipses expand to one letter per broadcast axis; repeated letters within one operand
-//! (diagonals) are not supported.
+//! Ellipses expand to one letter per broadcast axis; a letter repeated within one operand
+//! takes the diagonal (a product with an identity mask, summed over the second axis).
 
 use super::shape::transpose_to;
-use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpError, OpResult};
+use super::{invalid, Convert, Cx, OnnxNode, OpError, OpResult};
 use rlx_ir::ops::matmul::DotGeneral;
 use rlx_ir::ops::reduce::{Reduce, ReduceOp};
 use rlx_ir::ValueId;
@@ -51,6 +51,28 @@ fn sum_away(cx: &mut Cx<'_>, t: Term, keep: &[char]) -> OpResult<Term> {
     Ok(Term { v, letters })
 }
 
+/// `t` with every repeated letter reduced to its diagonal: `Σ_j t[…i…j…]·[i = j]`.
+fn diagonals(cx: &mut Cx<'_>, mut t: Term) -> OpResult<Term> {
+    while let Some(j) = (1..t.letters.len()).find(|&j| t.letters[..j].contains(&t.letters[j])) {
+        let i = t.letters.iter().position(|&c| c == t.letters[j]).unwrap_or(0);
+        let dims = cx.dims(t.v)?;
+        if dims[i] != dims[j] {
+            return invalid(format!("diagonal of axes {i} and {j} with extents {} and {}", dims[i], dims[j]));
+        }
+        let d = dims[i];
+        let mut eye_dims = vec![1; dims.len()];
+        eye_dims[i] = d;
+        eye_dims[j] = d;
+        let eye: Vec<f64> = (0..d * d).map(|k| if k / d == k % d { 1.0 } else { 0.0 }).collect();
+        let eye = cx.values(cx.dtype(t.v), &eye_dims, &eye)?;
+        let masked = super::elementwise::bin(cx, rlx_ir::ops::elementwise::BinaryOp::Mul, t.v, eye)?;
+        let v = cx.add1(Reduce { op: ReduceOp::Sum, axes: vec![j], keep_dim: false }, &[masked])?;
+        t.letters.remove(j);
+        t = Term { v, letters: t.letters };
+    }
+    Ok(t)
+}
+
 fn einsum(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let eq: String = n.string("equation", "").chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {
@@ -63,6 +85,7 @@ fn einsum(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         return invalid(format!("equation `{eq}` has {} operands, the node {}", specs.len(), inputs.len()));
     }
     let mut terms = Vec::new();
+    let mut written: Vec<char> = Vec::new();
     let mut max_rank = 0;
     for (spec, &v) in specs.iter().zip(&inputs) {
         let rank = cx.rank(v);
@@ -70,20 +93,16 @@ fn einsum(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         if l.len() != rank {
             return invalid(format!("`{spec}` does not match rank {rank}"));
         }
-        if (1..l.len()).any(|i| l[..i].contains(&l[i])) {
-            return unsupported(format!("repeated letters in `{spec}` (diagonals)"));
-        }
         max_rank = max_rank.max(l.iter().filter(|c| c.is_ascii_uppercase()).count());
-        terms.push(Term { v, letters: l });
+        written.extend(&l);
+        terms.push(diagonals(cx, Term { v, letters: l })?);
     }
     let out: Vec<char> = match rhs {
         Some(r) => letters(&r, max_rank + r.replace("...", "").len())?,
         None => {
             let mut counts = std::collections::BTreeMap::new();
-            for t in &terms {
-                for &c in &t.letters {
-                    *counts.entry(c).or_insert(0) += 1;
-                }
+            for &c in &written {
+                *counts.entry(c).or_insert(0) += 1;
             }
             let mut o: Vec<char> = counts.iter().filter(|(c, &k)| k == 1 && c.is_ascii_lowercase()).map(|(&c, _)| c).collect();
             let mut caps: Vec<char> = counts.keys().copied().filter(char::is_ascii_uppercase).collect();

@@ -6,7 +6,7 @@ use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpResult};
 use crate::onnx::tensor::dtype;
 use rlx_ir::ops::elementwise::{Activation, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Where};
 use rlx_ir::ops::random::RngUniform;
-use rlx_ir::{DType, Shape, ValueId};
+use rlx_ir::{DType, Dim, Shape, ValueId};
 
 pub const CONVERTERS: &[(&str, Convert)] = &[
     ("Relu", |cx, n| unary(cx, n, ActivationKind::Relu)),
@@ -377,9 +377,17 @@ fn leaky_relu(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     Ok(vec![negative_part(cx, x, f)?])
 }
 
+/// `PRelu`; before opset 7 a 1-D slope of `C` entries is per channel (axis 1), not trailing.
 fn prelu(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let x = n.input(0)?;
-    let f = bin(cx, BinaryOp::Mul, x, n.input(1)?)?;
+    let mut slope = n.input(1)?;
+    let (xr, sd) = (cx.rank(x), cx.ty(slope).shape.0.clone());
+    if n.opset < 7 && xr > 2 && sd.len() == 1 && sd[0].as_static().is_some_and(|c| c > 1) {
+        let mut dims = vec![Dim::Static(1); xr - 1];
+        dims[0] = sd[0].clone();
+        slope = super::shape::reshape_dims(cx, slope, &dims)?;
+    }
+    let f = bin(cx, BinaryOp::Mul, x, slope)?;
     Ok(vec![negative_part(cx, x, f)?])
 }
 

@@ -1,6 +1,6 @@
 //! Gathers and scatters (`Gather`, `GatherElements`, `GatherND`, `ScatterElements`,
-//! `Scatter`, `ScatterND`, the cache update `TensorScatter`) and `OneHot`, onto rlx's index
-//! ops.
+//! `Scatter`, `ScatterND`, the cache update `TensorScatter`), `OneHot` and `ReverseSequence`,
+//! onto rlx's index ops.
 
 use super::elementwise::{bin, cast_to, select};
 use super::shape::{expand_to, reshape_static};
@@ -28,6 +28,7 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
     }),
     ("OneHot", one_hot),
     ("TensorScatter", tensor_scatter),
+    ("ReverseSequence", reverse_sequence),
 ];
 
 fn reduction(n: &OnnxNode<'_, '_>) -> OpResult<ScatterReduction> {
@@ -134,4 +135,30 @@ fn tensor_scatter(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
     let idx = expand_to(cx, idx, &cx.ty(update).shape)?;
     let scatter = ScatterElements { axis: axis as i32, reduction: ScatterReduction::None };
     Ok(vec![cx.add1(scatter, &[cache, idx, update])?])
+}
+
+/// `ReverseSequence(x, sequence_lens)`: along `time_axis`, batch entry `b` reads position
+/// `len[b] − 1 − t` for `t < len[b]` and `t` after; a `GatherElements` of those positions.
+fn reverse_sequence(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dims = cx.dims(x)?;
+    let time = n.axis(n.int("time_axis", 0), dims.len())?;
+    let batch = n.axis(n.int("batch_axis", 1), dims.len())?;
+    if time == batch || dims.len() < 2 {
+        return invalid(format!("time_axis and batch_axis must be different axes of {dims:?}"));
+    }
+    let mut len_dims = vec![1; dims.len()];
+    len_dims[batch] = dims[batch];
+    let lens = cast_to(cx, n.input(1)?, DType::I64)?;
+    let lens = reshape_static(cx, lens, &len_dims)?;
+    let mut t_dims = vec![1; dims.len()];
+    t_dims[time] = dims[time];
+    let t = cx.values(DType::I64, &t_dims, &(0..dims[time]).map(|i| i as f64).collect::<Vec<_>>())?;
+    let inside = cx.add1(Compare { op: CmpOp::Lt }, &[t, lens])?;
+    let last = bin(cx, BinaryOp::Sub, lens, t)?;
+    let one = cx.scalar(DType::I64, 1.0)?;
+    let mirrored = bin(cx, BinaryOp::Sub, last, one)?;
+    let idx = select(cx, inside, mirrored, t)?;
+    let idx = expand_to(cx, idx, &cx.ty(x).shape)?;
+    Ok(vec![cx.add1(GatherElements { axis: time as i32 }, &[x, idx])?])
 }

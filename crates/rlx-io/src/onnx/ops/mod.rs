@@ -7,12 +7,15 @@
 mod attention;
 mod control;
 mod conv;
+mod data_shaped;
 mod einsum;
 mod elementwise;
 mod index;
+mod linalg;
 mod matmul;
 mod ml;
 mod norm;
+mod qlinear;
 mod quant;
 mod reduce;
 mod resize;
@@ -25,7 +28,9 @@ mod softmax;
 mod ssm;
 #[cfg(test)]
 mod testing;
+mod text;
 mod training;
+mod vision;
 
 use super::build::{Cx, Value};
 use super::import::{Env, Scope};
@@ -85,6 +90,11 @@ const DEFAULT_DOMAIN: &[&[(&str, Convert)]] = &[
     signal::CONVERTERS,
     ssm::CONVERTERS,
     rope::CONVERTERS,
+    vision::CONVERTERS,
+    linalg::CONVERTERS,
+    qlinear::CONVERTERS,
+    data_shaped::CONVERTERS,
+    text::CONVERTERS,
 ];
 
 /// A converter over whole ONNX values (sequences, optionals) or with sub-graphs: one value per
