@@ -190,5 +190,19 @@ mod tests {
         assert_eq!(DType::C64.size(), 8);
         assert_eq!(DType::BF16.size(), 2);
         assert_eq!(DType::Bool.size(), 1);
+        assert_eq!((DType::U16.size(), DType::U64.size(), DType::F8E5M2.size(), DType::I4.size()), (2, 8, 1, 1));
+        assert_eq!((DType::F4E2M1.packed_bits(), DType::U2.packed_bits(), DType::U16.packed_bits()), (4, 2, 16));
+    }
+
+    #[test]
+    fn narrow_types_round_trip_through_the_text_format() {
+        use crate::ops::elementwise::Cast;
+        use crate::text::{op_to_string, parse_op};
+        for d in DType::ALL {
+            let ty = crate::TensorType::parse(&format!("{}[2, B]", d.name())).unwrap();
+            assert_eq!(ty.dtype, d);
+            let op = crate::Op::Cast(Cast { to: d });
+            assert_eq!(parse_op(&op_to_string(&op)).unwrap(), op, "{d}");
+        }
     }
 }

@@ -146,3 +146,72 @@ pub fn cast(x: In, out: &mut Out) -> Result<(), String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn run(from: DType, bytes: &[u8], to: DType) -> Vec<u8> {
+        let n = bytes.len() / from.size();
+        let dims = [n];
+        let mut out = vec![0u8; n * to.size()];
+        cast(In { dtype: from, dims: &dims, bytes }, &mut Out { dtype: to, dims: &dims, bytes: &mut out }).unwrap();
+        out
+    }
+
+    fn fixture() -> Value {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/ir/minifloat_codes.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// int64 → the sub-byte integers wraps as ml_dtypes' `astype` does.
+    #[test]
+    fn integers_wrap_into_sub_byte_types_as_ml_dtypes() {
+        let f = fixture();
+        for d in [DType::I4, DType::U4, DType::I2, DType::U2] {
+            let wide: Vec<i64> = f[d.name()]["wide"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+            let want: Vec<i64> = f[d.name()]["wrapped"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+            let got = run(DType::I64, bytemuck::cast_slice(&wide), d);
+            let back = run(d, &got, DType::I64);
+            assert_eq!(bytemuck::cast_slice::<u8, i64>(&back), want.as_slice(), "{d}");
+        }
+    }
+
+    /// Every finite code of each minifloat survives a trip through f32, f16 and f64, and each
+    /// float's value is the codec table's.
+    #[test]
+    fn minifloat_codes_round_trip_through_wider_floats() {
+        for d in DType::ALL.into_iter().filter(|d| d.is_minifloat()) {
+            let table = minifloat::dtype_table(d).unwrap();
+            let codes: Vec<u8> = (0..=255u8).filter(|&c| table[usize::from(c)].is_finite() && (d != DType::F4E2M1 || c < 16)).collect();
+            for wide in [DType::F32, DType::F64, DType::F16] {
+                let w = run(d, &codes, wide);
+                let values: Vec<f64> = match wide {
+                    DType::F32 => bytemuck::cast_slice::<u8, f32>(&w).iter().map(|&v| f64::from(v)).collect(),
+                    DType::F64 => bytemuck::cast_slice::<u8, f64>(&w).to_vec(),
+                    _ => bytemuck::cast_slice::<u8, f16>(&w).iter().map(|v| v.to_f64()).collect(),
+                };
+                let exact = d != DType::F8E8M0 || wide != DType::F16;
+                for (&c, v) in codes.iter().zip(&values) {
+                    if exact {
+                        assert_eq!(*v, f64::from(table[usize::from(c)]), "{d} code {c:#04x} as {wide}");
+                    }
+                }
+                if exact {
+                    assert_eq!(run(wide, &w, d), codes, "{d} through {wide}");
+                }
+            }
+        }
+    }
+
+    /// u64 beyond i64's range converts to floats by value, and floats saturate into u64.
+    #[test]
+    fn u64_converts_by_value() {
+        let big = [u64::MAX, 1 << 63, 12_345];
+        let f = run(DType::U64, bytemuck::cast_slice(&big), DType::F64);
+        assert_eq!(bytemuck::cast_slice::<u8, f64>(&f), &[u64::MAX as f64, 2f64.powi(63), 12_345.0]);
+        let back = run(DType::F64, bytemuck::cast_slice(&[-1.0f64, 3e19, 7.9]), DType::U64);
+        assert_eq!(bytemuck::cast_slice::<u8, u64>(&back), &[0, u64::MAX, 7]);
+    }
+}
