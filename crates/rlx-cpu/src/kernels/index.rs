@@ -29,6 +29,8 @@ fn index_values(idx: &In) -> Result<Vec<i64>, String> {
         DType::I32 => all::<i32>(idx),
         DType::I64 => all::<i64>(idx),
         DType::U32 => all::<u32>(idx),
+        DType::U16 => all::<u16>(idx),
+        DType::U64 => idx.get::<u64>().iter().map(|&v| i64::try_from(v).unwrap_or(i64::MAX)).collect(),
         DType::F32 => idx
             .get::<f32>()
             .iter()

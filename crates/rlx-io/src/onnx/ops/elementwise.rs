@@ -171,7 +171,9 @@ fn not(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let ones = match dt {
         DType::Bool => cx.scalar(dt, 1.0)?,
         DType::U8 => cx.scalar(dt, u8::MAX as f64)?,
+        DType::U16 => cx.scalar(dt, u16::MAX as f64)?,
         DType::U32 => cx.scalar(dt, u32::MAX as f64)?,
+        DType::U64 => cx.scalar(dt, u64::MAX as f64)?,
         _ => cx.scalar(dt, -1.0)?,
     };
     Ok(vec![bin(cx, BinaryOp::BitXor, x, ones)?])
