@@ -179,12 +179,15 @@ mod tests {
     }
 
     /// Every finite code of each minifloat survives a trip through f32, f16 and f64, and each
-    /// float's value is the codec table's.
+    /// float's value is the codec table's. (E8M0's code 0, 2^-127, is an f32 subnormal, which
+    /// ONNX's round-up takes to 2^-126.)
     #[test]
     fn minifloat_codes_round_trip_through_wider_floats() {
         for d in DType::ALL.into_iter().filter(|d| d.is_minifloat()) {
             let table = minifloat::dtype_table(d).unwrap();
-            let codes: Vec<u8> = (0..=255u8).filter(|&c| table[usize::from(c)].is_finite() && (d != DType::F4E2M1 || c < 16)).collect();
+            let codes: Vec<u8> = (0..=255u8)
+                .filter(|&c| table[usize::from(c)].is_finite() && (d != DType::F4E2M1 || c < 16) && (d != DType::F8E8M0 || c > 0))
+                .collect();
             for wide in [DType::F32, DType::F64, DType::F16] {
                 let w = run(d, &codes, wide);
                 let values: Vec<f64> = match wide {
