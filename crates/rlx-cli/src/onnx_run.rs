@@ -225,6 +225,18 @@ fn onnx_dtype(name: &str) -> Result<DType, Failure> {
         "INT32" => DType::I32,
         "INT64" => DType::I64,
         "UINT32" => DType::U32,
+        "UINT16" => DType::U16,
+        "UINT64" => DType::U64,
+        "FLOAT8E4M3FN" => DType::F8E4M3FN,
+        "FLOAT8E4M3FNUZ" => DType::F8E4M3FNUZ,
+        "FLOAT8E5M2" => DType::F8E5M2,
+        "FLOAT8E5M2FNUZ" => DType::F8E5M2FNUZ,
+        "FLOAT8E8M0" => DType::F8E8M0,
+        "FLOAT4E2M1" => DType::F4E2M1,
+        "INT4" => DType::I4,
+        "UINT4" => DType::U4,
+        "INT2" => DType::I2,
+        "UINT2" => DType::U2,
         "BOOL" => DType::Bool,
         "COMPLEX64" => DType::C64,
         other => return Err(unsupported(format!("element type {other}"))),
@@ -280,28 +292,43 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
 /// NumPy `.npy` files (format 1.0–3.0, little-endian, C order), for the runner's protocol.
 mod npy {
     use super::{unsupported, Failure};
-    use rlx_io::onnx::TensorData;
+    use rlx_io::onnx::{tensor, TensorData};
     use rlx::{DType, Tensor};
     use std::path::Path;
 
-    fn descr(dtype: DType) -> &'static str {
+    /// The dtype a `.npy` file holds `dtype` in: the runner's containers for the types NumPy
+    /// lacks (f32 for BF16 and the minifloats, whose values it holds exactly; int8/uint8 for
+    /// the sub-byte integers).
+    fn container(dtype: DType) -> DType {
         match dtype {
-            DType::F32 => "<f4",
-            DType::F64 => "<f8",
-            DType::F16 => "<f2",
-            DType::BF16 => "<f4",
-            DType::I8 => "|i1",
-            DType::U8 => "|u1",
-            DType::I16 => "<i2",
-            DType::I32 => "<i4",
-            DType::I64 => "<i8",
-            DType::U32 => "<u4",
-            DType::Bool => "|b1",
-            DType::C64 => "<c8",
+            DType::BF16 => DType::F32,
+            d if d.is_minifloat() => DType::F32,
+            DType::I4 | DType::I2 => DType::I8,
+            DType::U4 | DType::U2 => DType::U8,
+            d => d,
         }
     }
 
-    /// Reads `path` as `dtype` (BF16 arrives in an f32 container and is narrowed).
+    fn descr(dtype: DType) -> Option<&'static str> {
+        Some(match dtype {
+            DType::F32 => "<f4",
+            DType::F64 => "<f8",
+            DType::F16 => "<f2",
+            DType::I8 => "|i1",
+            DType::U8 => "|u1",
+            DType::I16 => "<i2",
+            DType::U16 => "<u2",
+            DType::I32 => "<i4",
+            DType::I64 => "<i8",
+            DType::U32 => "<u4",
+            DType::U64 => "<u8",
+            DType::Bool => "|b1",
+            DType::C64 => "<c8",
+            _ => return None,
+        })
+    }
+
+    /// Reads `path` as `dtype` (held in its [`container`] and converted).
     pub(super) fn read(path: &Path, dtype: DType) -> Result<TensorData, Failure> {
         let bytes = std::fs::read(path)?;
         let bad = |m: &str| Failure { unsupported: false, message: format!("{}: {m}", path.display()) };
@@ -329,28 +356,31 @@ mod npy {
             .map(|s| s.parse::<usize>().map_err(|_| bad("bad shape")))
             .collect::<Result<Vec<_>, _>>()?;
         let payload = &bytes[start + header_len..];
-        let container = if dtype == DType::BF16 { DType::F32 } else { dtype };
-        if stored != descr(container) && !(container == DType::Bool && stored == "|u1") {
-            return Err(unsupported(format!("{}: stored as {stored}, expected {}", path.display(), descr(container))));
+        let container = container(dtype);
+        let expected = descr(container).ok_or_else(|| unsupported(format!("{}: no .npy type for {dtype}", path.display())))?;
+        if stored != expected && !(container == DType::Bool && stored == "|u1") {
+            return Err(unsupported(format!("{}: stored as {stored}, expected {expected}", path.display())));
         }
         let numel: usize = dims.iter().product();
         let payload = payload.get(..numel * container.size()).ok_or_else(|| bad("payload shorter than the shape"))?;
-        let bytes = if dtype == DType::BF16 {
-            payload.chunks_exact(4).flat_map(|c| half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()).collect()
-        } else {
+        let bytes = if container == dtype {
             payload.to_vec()
+        } else {
+            tensor::from_f64s(dtype, &tensor::to_f64s(container, payload))
         };
         Ok(TensorData { dtype, dims, bytes })
     }
 
-    /// Writes `t` (BF16 widened to an f32 container).
+    /// Writes `t` (in its dtype's [`container`]).
     pub(super) fn write(path: &Path, t: &Tensor) -> Result<(), Failure> {
+        let container = container(t.dtype());
+        let descr = descr(container).ok_or_else(|| unsupported(format!("{}: no .npy type for {}", path.display(), t.dtype())))?;
         let dims = t.shape();
         let shape = match dims.len() {
             1 => format!("({},)", dims[0]),
             _ => format!("({})", dims.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
         };
-        let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}", descr(t.dtype()));
+        let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
         while (10 + header.len() + 1) % 64 != 0 {
             header.push(' ');
         }
@@ -358,10 +388,10 @@ mod npy {
         let mut out = b"\x93NUMPY\x01\x00".to_vec();
         out.extend((header.len() as u16).to_le_bytes());
         out.extend(header.as_bytes());
-        if t.dtype() == DType::BF16 {
-            out.extend(t.bytes().chunks_exact(2).flat_map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes()));
-        } else {
+        if container == t.dtype() {
             out.extend(t.bytes());
+        } else {
+            out.extend(tensor::from_f64s(container, &tensor::to_f64s(t.dtype(), t.bytes())));
         }
         std::fs::write(path, out)?;
         Ok(())

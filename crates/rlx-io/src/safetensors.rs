@@ -57,6 +57,8 @@ pub fn rlx_dtype(d: Dtype) -> Option<DType> {
         Dtype::BF16 => DType::BF16,
         Dtype::I32 => DType::I32,
         Dtype::U32 => DType::U32,
+        Dtype::U16 => DType::U16,
+        Dtype::U64 => DType::U64,
         Dtype::F32 => DType::F32,
         Dtype::F64 => DType::F64,
         Dtype::I64 => DType::I64,

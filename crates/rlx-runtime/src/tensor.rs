@@ -4,10 +4,12 @@ use crate::error::{Result, RuntimeError};
 use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
 use num_complex::Complex32;
+use rlx_ir::ops::quant::minifloat;
 use rlx_ir::{DType, TensorType};
 use std::fmt;
 
-/// Rust element types that map one-to-one onto a [`DType`] (`Bool` is read as `u8`).
+/// Rust element types that map one-to-one onto a [`DType`] (`Bool`, `U4`, `U2` and the
+/// minifloat codes are read as `u8`, `I4` and `I2` as `i8`).
 pub trait Element: Pod {
     const DTYPE: DType;
 }
@@ -20,7 +22,7 @@ macro_rules! elements {
     };
 }
 elements!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i16 => I16,
-    i32 => I32, i64 => I64, u32 => U32, Complex32 => C64);
+    i32 => I32, i64 => I64, u32 => U32, u16 => U16, u64 => U64, Complex32 => C64);
 
 /// One cache line of storage; tensors are built from these so data is 64-byte aligned.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -137,8 +139,14 @@ impl Tensor {
             DType::F64 => cast::<f64>(b).to_vec(),
             DType::F16 => cast::<f16>(b).iter().map(|v| v.to_f64()).collect(),
             DType::BF16 => cast::<bf16>(b).iter().map(|v| v.to_f64()).collect(),
-            DType::I8 => cast::<i8>(b).iter().map(|&v| v as f64).collect(),
-            DType::U8 | DType::Bool => b.iter().map(|&v| v as f64).collect(),
+            DType::I8 | DType::I4 | DType::I2 => cast::<i8>(b).iter().map(|&v| v as f64).collect(),
+            DType::U8 | DType::Bool | DType::U4 | DType::U2 => b.iter().map(|&v| v as f64).collect(),
+            DType::U16 => cast::<u16>(b).iter().map(|&v| v as f64).collect(),
+            DType::U64 => cast::<u64>(b).iter().map(|&v| v as f64).collect(),
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 | DType::F4E2M1 => {
+                let table = minifloat::dtype_table(self.dtype).unwrap_or_default();
+                b.iter().map(|&c| table.get(usize::from(c)).map_or(f64::NAN, |&v| f64::from(v))).collect()
+            }
             DType::I16 => cast::<i16>(b).iter().map(|&v| v as f64).collect(),
             DType::I32 => cast::<i32>(b).iter().map(|&v| v as f64).collect(),
             DType::I64 => cast::<i64>(b).iter().map(|&v| v as f64).collect(),
@@ -148,7 +156,11 @@ impl Tensor {
     }
 
     fn check<T: Element>(&self) -> Result<()> {
-        let actual = if self.dtype == DType::Bool { DType::U8 } else { self.dtype };
+        let actual = match self.dtype {
+            DType::I4 | DType::I2 => DType::I8,
+            d if d == DType::Bool || d.is_minifloat() || d.is_narrow_int() => DType::U8,
+            d => d,
+        };
         if actual != T::DTYPE {
             return Err(RuntimeError::DTypeMismatch { requested: T::DTYPE, actual: self.dtype });
         }

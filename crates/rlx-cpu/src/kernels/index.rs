@@ -29,6 +29,8 @@ fn index_values(idx: &In) -> Result<Vec<i64>, String> {
         DType::I32 => all::<i32>(idx),
         DType::I64 => all::<i64>(idx),
         DType::U32 => all::<u32>(idx),
+        DType::U16 => all::<u16>(idx),
+        DType::U64 => idx.get::<u64>().iter().map(|&v| i64::try_from(v).unwrap_or(i64::MAX)).collect(),
         DType::F32 => idx
             .get::<f32>()
             .iter()
@@ -246,7 +248,7 @@ macro_rules! int_combine {
         }
     })*};
 }
-int_combine!(i8, u8, i16, i32, i64, u32);
+int_combine!(i8, u8, i16, i32, i64, u32, u16, u64);
 
 impl Combine for Complex32 {
     /// Inference rejects Max/Min on complex numbers.
@@ -301,10 +303,12 @@ fn scatter_typed(r: ScatterReduction, updates: &In, targets: &[usize], row: usiz
         DType::I32 => scatter(r, updates.get::<i32>(), targets, row, out.get::<i32>()),
         DType::I64 => scatter(r, updates.get::<i64>(), targets, row, out.get::<i64>()),
         DType::U32 => scatter(r, updates.get::<u32>(), targets, row, out.get::<u32>()),
+        DType::U16 => scatter(r, updates.get::<u16>(), targets, row, out.get::<u16>()),
+        DType::U64 => scatter(r, updates.get::<u64>(), targets, row, out.get::<u64>()),
         DType::C64 => scatter(r, updates.get::<Complex32>(), targets, row, out.get::<Complex32>()),
         DType::F16 => widened!(f16),
         DType::BF16 => widened!(bf16),
-        DType::Bool => return Err(format!("reduction {r:?} does not apply to bool")),
+        d => return Err(format!("reduction {r:?} does not apply to {d}")),
     }
     Ok(())
 }

@@ -291,8 +291,15 @@ pub fn scalar_bytes(v: f64, dtype: DType) -> Vec<u8> {
         DType::I32 => (v as i32).to_le_bytes().to_vec(),
         DType::I64 => (v as i64).to_le_bytes().to_vec(),
         DType::U32 => (v as u32).to_le_bytes().to_vec(),
+        DType::U16 => (v as u16).to_le_bytes().to_vec(),
+        DType::U64 => (v as u64).to_le_bytes().to_vec(),
+        DType::I4 | DType::I2 => (v as i8).to_le_bytes().to_vec(),
+        DType::U4 | DType::U2 => vec![v as u8],
         DType::Bool => vec![(v != 0.0) as u8],
         DType::C64 => [(v as f32).to_le_bytes(), 0f32.to_le_bytes()].concat(),
+        d @ (DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 | DType::F4E2M1) => {
+            vec![rlx_ir::ops::quant::minifloat::DTypeEncoder::new(d).map_or(0, |e| e.encode(v))]
+        }
     }
 }
 

@@ -117,6 +117,8 @@ fn class_ids(labels: In) -> Result<Vec<i64>, String> {
         DType::I32 => labels.get::<i32>().iter().map(|&v| v as i64).collect(),
         DType::I64 => labels.get::<i64>().to_vec(),
         DType::U32 => labels.get::<u32>().iter().map(|&v| v as i64).collect(),
+        DType::U16 => labels.get::<u16>().iter().map(|&v| v as i64).collect(),
+        DType::U64 => labels.get::<u64>().iter().map(|&v| i64::try_from(v).unwrap_or(i64::MAX)).collect(),
         DType::F32 => {
             let v = labels.get::<f32>();
             if let Some(r) = v.iter().position(|x| !x.is_finite()) {

@@ -1,7 +1,12 @@
 //! `TensorProto` payloads as rlx tensors: element types, the typed data fields, raw bytes and
 //! external data files, each size checked against the dims before anything is copied.
+//!
+//! ONNX packs the 4-bit types two to a byte and the 2-bit types four (the first element in the
+//! lowest bits); rlx holds one element per byte, so [`decode`] unpacks them (sign-extending
+//! INT4/INT2) and [`pack`] packs them back.
 
 use super::proto::TensorProto;
+use rlx_ir::ops::quant::minifloat::{self, DTypeEncoder};
 use rlx_ir::DType;
 use std::path::Path;
 
@@ -21,8 +26,20 @@ pub fn dtype(code: i32) -> Option<DType> {
         10 => DType::F16,
         11 => DType::F64,
         12 => DType::U32,
+        13 => DType::U64,
+        4 => DType::U16,
         14 => DType::C64,
         16 => DType::BF16,
+        17 => DType::F8E4M3FN,
+        18 => DType::F8E4M3FNUZ,
+        19 => DType::F8E5M2,
+        20 => DType::F8E5M2FNUZ,
+        21 => DType::U4,
+        22 => DType::I4,
+        23 => DType::F4E2M1,
+        24 => DType::F8E8M0,
+        25 => DType::U2,
+        26 => DType::I2,
         _ => return None,
     })
 }
@@ -40,8 +57,20 @@ pub fn code(dtype: DType) -> i32 {
         DType::F16 => 10,
         DType::F64 => 11,
         DType::U32 => 12,
+        DType::U64 => 13,
+        DType::U16 => 4,
         DType::C64 => 14,
         DType::BF16 => 16,
+        DType::F8E4M3FN => 17,
+        DType::F8E4M3FNUZ => 18,
+        DType::F8E5M2 => 19,
+        DType::F8E5M2FNUZ => 20,
+        DType::U4 => 21,
+        DType::I4 => 22,
+        DType::F4E2M1 => 23,
+        DType::F8E8M0 => 24,
+        DType::U2 => 25,
+        DType::I2 => 26,
     }
 }
 
@@ -92,7 +121,7 @@ pub fn decode(t: &TensorProto<'_>, base: Option<&Path>) -> Result<TensorData, St
     }
     let dims = checked_dims(&t.dims)?;
     let numel: usize = dims.iter().product();
-    let nbytes = numel * dtype.size();
+    let nbytes = packed_len(dtype, numel);
     let bytes = if t.data_location == 1 {
         external(t, base, nbytes)?
     } else if let Some(raw) = t.raw_data {
@@ -103,7 +132,48 @@ pub fn decode(t: &TensorProto<'_>, base: Option<&Path>) -> Result<TensorData, St
     } else {
         typed_fields(t, dtype, numel)?
     };
-    Ok(TensorData { dtype, dims, bytes })
+    Ok(TensorData { dtype, dims, bytes: unpack(dtype, &bytes, numel) })
+}
+
+/// Bytes of `numel` elements of `dtype` in an ONNX tensor (sub-byte types packed).
+pub fn packed_len(dtype: DType, numel: usize) -> usize {
+    (numel * dtype.packed_bits()).div_ceil(8)
+}
+
+/// One byte per element from ONNX's packing of the sub-byte types; other dtypes as they are.
+fn unpack(dtype: DType, packed: &[u8], numel: usize) -> Vec<u8> {
+    let bits = dtype.packed_bits();
+    if bits >= 8 {
+        return packed.to_vec();
+    }
+    let per = 8 / bits;
+    let mask = (1u8 << bits) - 1;
+    let shift = 8 - bits as u32;
+    (0..numel)
+        .map(|i| {
+            let v = (packed[i / per] >> ((i % per) * bits)) & mask;
+            match dtype {
+                DType::I4 | DType::I2 => (((v << shift) as i8) >> shift) as u8,
+                _ => v,
+            }
+        })
+        .collect()
+}
+
+/// ONNX's packing of one-byte-per-element `bytes` of `dtype` (the inverse of [`decode`]'s
+/// unpacking; the bits of each element above its width are dropped).
+pub fn pack(dtype: DType, bytes: &[u8]) -> Vec<u8> {
+    let bits = dtype.packed_bits();
+    if bits >= 8 {
+        return bytes.to_vec();
+    }
+    let per = 8 / bits;
+    let mask = (1u8 << bits) - 1;
+    let mut out = vec![0u8; packed_len(dtype, bytes.len())];
+    for (i, &v) in bytes.iter().enumerate() {
+        out[i / per] |= (v & mask) << ((i % per) * bits);
+    }
+    out
 }
 
 /// The payload of the typed repeated fields, in the field ONNX assigns to `dtype`.
@@ -116,6 +186,7 @@ fn typed_fields(t: &TensorProto<'_>, dtype: DType, numel: usize) -> Result<Vec<u
         }
     };
     let mut out = Vec::with_capacity(numel * dtype.size());
+    let packed = packed_len(dtype, numel);
     match dtype {
         DType::F32 | DType::C64 => {
             let per = if dtype == DType::C64 { 2 } else { 1 };
@@ -134,7 +205,30 @@ fn typed_fields(t: &TensorProto<'_>, dtype: DType, numel: usize) -> Result<Vec<u
             check("uint64_data", t.uint64_data.len(), 1)?;
             t.uint64_data.iter().for_each(|&v| out.extend((v as u32).to_le_bytes()));
         }
-        DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::Bool | DType::F16 | DType::BF16 => {
+        DType::U64 => {
+            check("uint64_data", t.uint64_data.len(), 1)?;
+            t.uint64_data.iter().for_each(|&v| out.extend(v.to_le_bytes()));
+        }
+        // One packed byte per int32_data entry.
+        DType::I4 | DType::U4 | DType::F4E2M1 | DType::I2 | DType::U2 => {
+            if t.int32_data.len() != packed {
+                return Err(format!("int32_data has {} values, dims {:?} of {dtype} need {packed} packed bytes", t.int32_data.len(), t.dims));
+            }
+            t.int32_data.iter().for_each(|&v| out.push(v as u8));
+        }
+        DType::I32
+        | DType::I16
+        | DType::U16
+        | DType::I8
+        | DType::U8
+        | DType::Bool
+        | DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0 => {
             check("int32_data", t.int32_data.len(), 1)?;
             let size = dtype.size();
             t.int32_data.iter().for_each(|&v| out.extend(&(v as i32).to_le_bytes()[..size]));
@@ -167,7 +261,8 @@ fn external(t: &TensorProto<'_>, base: Option<&Path>, nbytes: usize) -> Result<V
     Ok(data[offset as usize..end as usize].to_vec())
 }
 
-/// The elements of little-endian `bytes` of `dtype` as f64 (C64: the real parts).
+/// The elements of little-endian `bytes` of `dtype` (one byte per narrow element) as f64
+/// (C64: the real parts).
 pub fn to_f64s(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     fn each<const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
         b.chunks_exact(N)
@@ -183,8 +278,14 @@ pub fn to_f64s(dtype: DType, bytes: &[u8]) -> Vec<f64> {
         DType::F16 => each(bytes, |b: [u8; 2]| half::f16::from_le_bytes(b).to_f64()),
         DType::BF16 => each(bytes, |b: [u8; 2]| half::bf16::from_le_bytes(b).to_f64()),
         DType::F64 => each(bytes, f64::from_le_bytes),
-        DType::I8 => each(bytes, |b: [u8; 1]| i8::from_le_bytes(b) as f64),
-        DType::U8 | DType::Bool => each(bytes, |b: [u8; 1]| b[0] as f64),
+        DType::I8 | DType::I4 | DType::I2 => each(bytes, |b: [u8; 1]| i8::from_le_bytes(b) as f64),
+        DType::U8 | DType::Bool | DType::U4 | DType::U2 => each(bytes, |b: [u8; 1]| b[0] as f64),
+        DType::U16 => each(bytes, |b: [u8; 2]| u16::from_le_bytes(b) as f64),
+        DType::U64 => each(bytes, |b: [u8; 8]| u64::from_le_bytes(b) as f64),
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 | DType::F4E2M1 => {
+            let table = minifloat::dtype_table(dtype).unwrap_or_default();
+            bytes.iter().map(|&c| table.get(usize::from(c)).map_or(f64::NAN, |&v| f64::from(v))).collect()
+        }
         DType::I16 => each(bytes, |b: [u8; 2]| i16::from_le_bytes(b) as f64),
         DType::I32 => each(bytes, |b: [u8; 4]| i32::from_le_bytes(b) as f64),
         DType::U32 => each(bytes, |b: [u8; 4]| u32::from_le_bytes(b) as f64),
@@ -198,13 +299,18 @@ pub fn to_i64s(dtype: DType, bytes: &[u8]) -> Option<Vec<i64>> {
     if dtype == DType::I64 {
         return Some(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect());
     }
-    (dtype.is_int() || dtype == DType::Bool).then(|| to_f64s(dtype, bytes).into_iter().map(|v| v as i64).collect())
+    if dtype == DType::U64 {
+        return Some(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as i64).collect());
+    }
+    (dtype.is_int() || dtype.is_narrow_int() || dtype == DType::Bool)
+        .then(|| to_f64s(dtype, bytes).into_iter().map(|v| v as i64).collect())
 }
 
-/// `values` as little-endian elements of `dtype` (Rust `as` conversion; C64 gets zero
-/// imaginary parts).
+/// `values` as little-endian elements of `dtype` (Rust `as` conversion, saturating to the
+/// narrow integers' ranges; minifloats round as `Cast` does; C64 gets zero imaginary parts).
 pub fn from_f64s(dtype: DType, values: &[f64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() * dtype.size());
+    let encoder = DTypeEncoder::new(dtype);
     for &v in values {
         match dtype {
             DType::F32 => out.extend((v as f32).to_le_bytes()),
@@ -218,6 +324,15 @@ pub fn from_f64s(dtype: DType, values: &[f64]) -> Vec<u8> {
             DType::I32 => out.extend((v as i32).to_le_bytes()),
             DType::U32 => out.extend((v as u32).to_le_bytes()),
             DType::I64 => out.extend((v as i64).to_le_bytes()),
+            DType::U16 => out.extend((v as u16).to_le_bytes()),
+            DType::U64 => out.extend((v as u64).to_le_bytes()),
+            DType::I4 => out.push((v as i8).clamp(-8, 7) as u8),
+            DType::U4 => out.push((v as u8).min(15)),
+            DType::I2 => out.push((v as i8).clamp(-2, 1) as u8),
+            DType::U2 => out.push((v as u8).min(3)),
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 | DType::F4E2M1 => {
+                out.push(encoder.as_ref().map_or(0, |e| e.encode(v)))
+            }
             DType::C64 => {
                 out.extend((v as f32).to_le_bytes());
                 out.extend(0f32.to_le_bytes());

@@ -118,6 +118,8 @@ pub struct Activation {
 }
 
 /// Dtype conversion with Rust `as` semantics (float→int truncates and saturates, NaN → 0).
+/// Into a minifloat dtype: round to nearest even, overflowing to ±inf or NaN as the format has
+/// them (FP4 saturates); into E8M0: the exponent rounded up, saturating.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cast {
     pub to: DType,
@@ -255,6 +257,7 @@ impl OpDef for Binary {
     fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let d = same_dtype("operands", inputs)?;
         let ok = match self.op {
+            _ if d.is_minifloat() || d.is_narrow_int() => false,
             op if op.is_bitwise() => d.is_int() || d == DType::Bool,
             BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => d != DType::Bool,
             BinaryOp::Pow | BinaryOp::Atan2 => d.is_float(),

@@ -498,6 +498,15 @@ fn fill_fits(v: f64, dtype: DType) -> bool {
         DType::I32 => whole_in(i32::MIN as f64, i32::MAX as f64),
         DType::U32 => whole_in(0.0, u32::MAX as f64),
         DType::I64 => whole_in(-(2f64.powi(63)), 2f64.powi(63) - 1.0),
+        DType::U16 => whole_in(0.0, u16::MAX as f64),
+        DType::U64 => whole_in(0.0, 2f64.powi(64) - 1.0),
+        DType::I4 => whole_in(-8.0, 7.0),
+        DType::U4 => whole_in(0.0, 15.0),
+        DType::I2 => whole_in(-2.0, 1.0),
+        DType::U2 => whole_in(0.0, 3.0),
+        // The minifloats are storage types: only their zero fills (E8M0 has none).
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F4E2M1 => v == 0.0,
+        DType::F8E8M0 => false,
         // Floats round to nearest (as `Cast` does); NaN and ±inf are valid fills.
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 | DType::C64 => true,
     }

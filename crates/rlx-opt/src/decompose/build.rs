@@ -8,12 +8,24 @@ use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Dim, Graph, IrError, Shape, TensorType, ValueId};
 
 /// A rank-0 constant `v` of `dtype` (floats round to the nearest value of the dtype, integers
-/// truncate as Rust `as` does; F16/BF16 go through an F32 constant and a `Cast`).
+/// truncate as Rust `as` does; F16/BF16 and the narrow types go through an F32 constant and a
+/// `Cast`).
 pub fn scalar(g: &mut Graph, dtype: DType, v: f64) -> Result<ValueId, IrError> {
     let bytes: Vec<u8> = match dtype {
         DType::F32 => (v as f32).to_le_bytes().to_vec(),
         DType::F64 => v.to_le_bytes().to_vec(),
-        DType::F16 | DType::BF16 => {
+        DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => {
             let c = scalar(g, DType::F32, v)?;
             return g.cast(c, dtype);
         }
@@ -23,6 +35,8 @@ pub fn scalar(g: &mut Graph, dtype: DType, v: f64) -> Result<ValueId, IrError> {
         DType::I32 => (v as i32).to_le_bytes().to_vec(),
         DType::I64 => (v as i64).to_le_bytes().to_vec(),
         DType::U32 => (v as u32).to_le_bytes().to_vec(),
+        DType::U16 => (v as u16).to_le_bytes().to_vec(),
+        DType::U64 => (v as u64).to_le_bytes().to_vec(),
         DType::Bool => vec![u8::from(v != 0.0)],
         DType::C64 => [v as f32, 0.0].iter().flat_map(|f| f.to_le_bytes()).collect(),
     };

@@ -179,6 +179,8 @@ fn fill_bytes(dtype: DType, fill: Fill) -> Result<Vec<u8>, IrError> {
         DType::I32 => pick!(i32, i32::MIN, i32::MAX, 1),
         DType::I64 => pick!(i64, i64::MIN, i64::MAX, 1),
         DType::U32 => pick!(u32, u32::MIN, u32::MAX, 1),
+        DType::U16 => pick!(u16, u16::MIN, u16::MAX, 1),
+        DType::U64 => pick!(u64, u64::MIN, u64::MAX, 1),
         d => return Err(invalid(format!("no window fill value for {d}"))),
     })
 }

@@ -40,10 +40,21 @@ fn invalid(msg: String) -> IrError {
 
 /// A constant of `dtype` and `dims` holding `values` (row-major). Values convert with Rust
 /// `as` (so ±inf saturate to an integer type's bounds), Bool is `v > 0`, C64 has `im = 0`;
-/// halves are written as f32 and cast.
+/// halves and the narrow types are written as f32 and cast.
 pub(super) fn constant(g: &mut Graph, dtype: DType, dims: &[usize], values: &[f64]) -> Result<ValueId, IrError> {
     let bytes: Vec<u8> = match dtype {
-        DType::F16 | DType::BF16 => {
+        DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => {
             let c = constant(g, DType::F32, dims, values)?;
             return g.cast(c, dtype);
         }
@@ -55,6 +66,8 @@ pub(super) fn constant(g: &mut Graph, dtype: DType, dims: &[usize], values: &[f6
         DType::I32 => values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
         DType::I64 => values.iter().flat_map(|&v| (v as i64).to_le_bytes()).collect(),
         DType::U32 => values.iter().flat_map(|&v| (v as u32).to_le_bytes()).collect(),
+        DType::U16 => values.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
+        DType::U64 => values.iter().flat_map(|&v| (v as u64).to_le_bytes()).collect(),
         DType::Bool => values.iter().map(|&v| (v > 0.0) as u8).collect(),
         DType::C64 => values.iter().flat_map(|&v| [(v as f32).to_le_bytes(), 0f32.to_le_bytes()].concat()).collect(),
     };

@@ -81,6 +81,8 @@ fn int_range(d: DType) -> (i64, i64) {
         DType::I16 => (i16::MIN.into(), i16::MAX.into()),
         DType::I32 => (i32::MIN.into(), i32::MAX.into()),
         DType::U32 => (0, u32::MAX.into()),
+        DType::U16 => (0, u16::MAX.into()),
+        DType::U64 => (0, i64::MAX),
         _ => (i64::MIN, i64::MAX),
     }
 }

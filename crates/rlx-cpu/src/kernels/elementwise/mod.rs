@@ -333,6 +333,8 @@ pub fn binary(op: BinaryOp, a: In, b: In, out: &mut Out) -> Result<(), String> {
         DType::I32 => zip_broadcast(a, b, out, int_binary!(i32, op)),
         DType::I64 => zip_broadcast(a, b, out, int_binary!(i64, op)),
         DType::U32 => zip_broadcast(a, b, out, int_binary!(u32, op)),
+        DType::U16 => zip_broadcast(a, b, out, int_binary!(u16, op)),
+        DType::U64 => zip_broadcast(a, b, out, int_binary!(u64, op)),
         DType::Bool => {
             let f = int_binary!(u8, op);
             zip_broadcast(a, b, out, move |x: u8, y: u8| (f((x != 0) as u8, (y != 0) as u8) != 0) as u8)
@@ -343,6 +345,7 @@ pub fn binary(op: BinaryOp, a: In, b: In, out: &mut Out) -> Result<(), String> {
             BinaryOp::Mul => x * y,
             _ => x / y,
         }),
+        d => return Err(format!("{op:?} does not run on {d} (cast it first)")),
     }
     Ok(())
 }
@@ -373,6 +376,15 @@ pub fn compare(op: CmpOp, a: In, b: In, out: &mut Out) -> Result<(), String> {
         DType::I32 => zip_broadcast(a, b, out, cmp::<i32>(op)),
         DType::I64 => zip_broadcast(a, b, out, cmp::<i64>(op)),
         DType::U32 => zip_broadcast(a, b, out, cmp::<u32>(op)),
+        DType::U16 => zip_broadcast(a, b, out, cmp::<u16>(op)),
+        DType::U64 => zip_broadcast(a, b, out, cmp::<u64>(op)),
+        DType::I4 | DType::I2 => zip_broadcast(a, b, out, cmp::<i8>(op)),
+        DType::U4 | DType::U2 => zip_broadcast(a, b, out, cmp::<u8>(op)),
+        d @ (DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 | DType::F4E2M1) => {
+            let table = rlx_ir::ops::quant::minifloat::dtype_table(d).ok_or_else(|| format!("compare: no decoder for {d}"))?;
+            let f = cmp::<f32>(op);
+            zip_broadcast(a, b, out, move |x: u8, y: u8| f(table[usize::from(x)], table[usize::from(y)]))
+        }
         DType::C64 => zip_broadcast(a, b, out, move |x: Complex32, y: Complex32| {
             ((x == y) == (op == CmpOp::Eq)) as u8
         }),

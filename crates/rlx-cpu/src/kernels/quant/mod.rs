@@ -116,6 +116,8 @@ fn expert_ids(idx: In, experts: usize) -> Result<Vec<usize>, String> {
         DType::I16 => idx.get::<i16>().iter().map(|&v| f64::from(v)).collect(),
         DType::I32 => idx.get::<i32>().iter().map(|&v| f64::from(v)).collect(),
         DType::U32 => idx.get::<u32>().iter().map(|&v| f64::from(v)).collect(),
+        DType::U16 => idx.get::<u16>().iter().map(|&v| f64::from(v)).collect(),
+        DType::U64 => idx.get::<u64>().iter().map(|&v| v as f64).collect(),
         DType::I64 => idx.get::<i64>().iter().map(|&v| v as f64).collect(),
         DType::F32 => idx.get::<f32>().iter().map(|&v| f64::from(v).trunc()).collect(),
         d => return Err(format!("expert_idx must be integers, got {d}")),

@@ -115,7 +115,7 @@ macro_rules! int_acc {
         }
     )*};
 }
-int_acc!(i8, u8, i16, i32, i64, u32);
+int_acc!(i8, u8, i16, i32, i64, u32, u16, u64);
 
 impl Acc for bool {
     const ZERO: Self = false;
@@ -224,11 +224,20 @@ macro_rules! by_dtype {
                 type $E = u32;
                 $body
             }
+            rlx_ir::DType::U16 => {
+                type $E = u16;
+                $body
+            }
+            rlx_ir::DType::U64 => {
+                type $E = u64;
+                $body
+            }
             rlx_ir::DType::Bool => {
                 type $E = $crate::kernels::reduce::elem::Bool;
                 $body
             }
             rlx_ir::DType::C64 => $c64,
+            d => Err(format!("this kernel does not run on {d} (cast it first)").into()),
         }
     };
 }

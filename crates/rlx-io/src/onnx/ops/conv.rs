@@ -248,7 +248,7 @@ enum PoolKind {
 fn lowest(dt: DType) -> f64 {
     match dt {
         DType::I8 => i8::MIN as f64,
-        DType::U8 | DType::U32 | DType::Bool => 0.0,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => 0.0,
         DType::I16 => i16::MIN as f64,
         DType::I32 => i32::MIN as f64,
         DType::I64 => i64::MIN as f64,

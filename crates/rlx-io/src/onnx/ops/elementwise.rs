@@ -172,7 +172,9 @@ fn not(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let ones = match dt {
         DType::Bool => cx.scalar(dt, 1.0)?,
         DType::U8 => cx.scalar(dt, u8::MAX as f64)?,
+        DType::U16 => cx.scalar(dt, u16::MAX as f64)?,
         DType::U32 => cx.scalar(dt, u32::MAX as f64)?,
+        DType::U64 => cx.scalar(dt, u64::MAX as f64)?,
         _ => cx.scalar(dt, -1.0)?,
     };
     Ok(vec![bin(cx, BinaryOp::BitXor, x, ones)?])
@@ -230,20 +232,59 @@ fn target(n: &OnnxNode<'_, '_>) -> OpResult<DType> {
 
 fn cast(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let to = target(n)?;
-    Ok(vec![cast_value(cx, n.input(0)?, to)?])
+    Ok(vec![cast_value(cx, n, n.input(0)?, to)?])
 }
 
 fn cast_like(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let to = cx.dtype(n.input(1)?);
-    Ok(vec![cast_value(cx, n.input(0)?, to)?])
+    Ok(vec![cast_value(cx, n, n.input(0)?, to)?])
 }
 
-/// ONNX casts: to Bool means "non-zero", which rlx's `as`-style cast does not promise.
-fn cast_value(cx: &mut Cx<'_>, x: ValueId, to: DType) -> OpResult<ValueId> {
-    if to == DType::Bool && cx.dtype(x) != DType::Bool {
-        let zero = cx.scalar(cx.dtype(x), 0.0)?;
+/// ONNX casts where rlx's `as`-style `Cast` differs:
+/// - to Bool means "non-zero", which rlx's cast does not promise;
+/// - to the FP8 types, `saturate` (default 1) clamps to ±max finite first (±inf included,
+///   NaN kept); rlx's cast overflows to inf or NaN as ONNX's `saturate=0` does;
+/// - to E8M0 rlx rounds the exponent up: only `round_mode="up"` (the default), saturating;
+/// - from floats to the sub-byte integers ONNX leaves out-of-range values undefined and its
+///   reference (ml_dtypes) gives 0 where the truncated value leaves the range, NaN too; rlx's
+///   cast saturates, so those inputs are zeroed first.
+pub(super) fn cast_value(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x: ValueId, to: DType) -> OpResult<ValueId> {
+    let from = cx.dtype(x);
+    if to == DType::Bool && from != DType::Bool {
+        let zero = cx.scalar(from, 0.0)?;
         return cx.add1(Compare { op: CmpOp::Ne }, &[x, zero]);
     }
+    if to == DType::F8E8M0 {
+        let mode = n.string("round_mode", "up");
+        if mode != "up" || n.int("saturate", 1) == 0 {
+            return unsupported(format!("cast to {to} with round_mode `{mode}` and saturate {}", n.int("saturate", 1)));
+        }
+    }
+    let saturating = to != DType::F8E8M0 && to.is_minifloat() && n.int("saturate", 1) != 0;
+    let from_float = from.is_float() || from.is_minifloat();
+    if !(saturating || (to.is_narrow_int() && from_float)) {
+        return cast_to(cx, x, to);
+    }
+    let x = if from.is_float() { x } else { cast_to(cx, x, DType::F32)? };
+    let x = if saturating {
+        let max = rlx_ir::ops::quant::minifloat::format_of(to).map_or(f32::MAX, |f| f.max_finite()) as f64;
+        let x = bin_scalar(cx, BinaryOp::Max, x, -max)?;
+        bin_scalar(cx, BinaryOp::Min, x, max)?
+    } else {
+        let (lo, hi) = match to {
+            DType::I4 => (-8.0, 7.0),
+            DType::U4 => (0.0, 15.0),
+            DType::I2 => (-2.0, 1.0),
+            _ => (0.0, 3.0),
+        };
+        let lo_bound = cx.scalar(cx.dtype(x), lo - 1.0)?;
+        let hi_bound = cx.scalar(cx.dtype(x), hi + 1.0)?;
+        let above = cx.add1(Compare { op: CmpOp::Gt }, &[x, lo_bound])?;
+        let below = cx.add1(Compare { op: CmpOp::Lt }, &[x, hi_bound])?;
+        let keep = bin(cx, BinaryOp::BitAnd, above, below)?;
+        let zero = cx.scalar(cx.dtype(x), 0.0)?;
+        select(cx, keep, x, zero)?
+    };
     cast_to(cx, x, to)
 }
 

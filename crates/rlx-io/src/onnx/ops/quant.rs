@@ -1,9 +1,10 @@
 //! `QuantizeLinear` and `DequantizeLinear` (per tensor, per axis, or blocked along one axis)
 //! and `DynamicQuantizeLinear` (uint8 with the scale and zero point from the input's range),
-//! for the 8-bit and wider integer types rlx has, as casts, scaling, rounding half to even and
-//! clamping to the target range.
+//! as casts, scaling, rounding half to even and clamping to the target range for the integer
+//! types (sub-byte ones included); the minifloat types take the scaled value through ONNX's
+//! `Cast` (`saturate` as there).
 
-use super::elementwise::{act, bin, cast_to};
+use super::elementwise::{act, bin, cast_to, cast_value};
 use super::shape::{expand_to, reshape_static};
 use super::{invalid, unsupported, Convert, Cx, OnnxNode, OpError, OpResult};
 use crate::onnx::tensor::{dtype, type_name};
@@ -62,6 +63,11 @@ fn range(dt: DType) -> OpResult<(f64, f64)> {
         DType::I16 => (i16::MIN as f64, i16::MAX as f64),
         DType::I32 => (i32::MIN as f64, i32::MAX as f64),
         DType::U32 => (0.0, u32::MAX as f64),
+        DType::U16 => (0.0, u16::MAX as f64),
+        DType::I4 => (-8.0, 7.0),
+        DType::U4 => (0.0, 15.0),
+        DType::I2 => (-2.0, 1.0),
+        DType::U2 => (0.0, 3.0),
         d => return unsupported(format!("quantizing to {d}")),
     })
 }
@@ -74,12 +80,23 @@ fn quantize(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
         (None, Some(z)) => cx.dtype(z),
         (None, None) => DType::U8,
     };
-    let (lo, hi) = range(out)?;
     let work = DType::F32;
     let xf = cast_to(cx, x, work)?;
     let scale = cast_to(cx, n.input(1)?, work)?;
     let scale = broadcastable(cx, n, scale, x)?;
     let q = bin(cx, BinaryOp::Div, xf, scale)?;
+    if out.is_minifloat() {
+        let q = match zp {
+            Some(z) => {
+                let z = cast_to(cx, z, work)?;
+                let z = broadcastable(cx, n, z, x)?;
+                bin(cx, BinaryOp::Add, q, z)?
+            }
+            None => q,
+        };
+        return Ok(vec![cast_value(cx, n, q, out)?]);
+    }
+    let (lo, hi) = range(out)?;
     let mut q = act(cx, ActivationKind::Round, q)?;
     if let Some(z) = zp {
         let z = cast_to(cx, z, work)?;

@@ -3,13 +3,66 @@
 //! that rounds to the nearest code (ties to the even code), saturates to ±max_finite (±inf
 //! included) and sends NaN to code 0.
 //!
+//! [`Encoder::cast`] is the other rounding the minifloat dtypes' `Cast` uses (ml_dtypes'
+//! `astype`): ties to even as well, but NaN stays NaN and values beyond the largest finite one
+//! become ±inf (E5M2) or NaN, saturating only in FP4, which has neither. [`e8m0_up`] is
+//! `Cast` to E8M0: the exponent rounded up (ONNX `round_mode="up"`), saturating.
+//!
 //! Formats narrower than 8 bits sit in the low bits of their byte, the sign at the format's
 //! top bit; decoding ignores the bits above.
 
 use super::ScaledFormat;
+use crate::DType;
+
+/// The format whose codec a minifloat dtype's codes follow (`None` for E8M0 and non-minifloats).
+pub fn format_of(dtype: DType) -> Option<ScaledFormat> {
+    Some(match dtype {
+        DType::F8E4M3FN => ScaledFormat::F8E4M3,
+        DType::F8E4M3FNUZ => ScaledFormat::F8E4M3Fnuz,
+        DType::F8E5M2 => ScaledFormat::F8E5M2,
+        DType::F8E5M2FNUZ => ScaledFormat::F8E5M2Fnuz,
+        DType::F4E2M1 => ScaledFormat::F4E2M1,
+        _ => return None,
+    })
+}
+
+/// The values of a minifloat dtype's 256 byte codes (for FP4 the bits above the nibble are
+/// ignored); `None` for other dtypes.
+pub fn dtype_table(dtype: DType) -> Option<Vec<f32>> {
+    if dtype == DType::F8E8M0 {
+        return Some((0..=255u8).map(e8m0).collect());
+    }
+    let f = format_of(dtype)?;
+    Some((0..=255u8).map(|c| decode(&f, c)).collect())
+}
+
+/// `Cast` into a minifloat dtype: [`Encoder::cast`], or [`e8m0_up`] of the value as f32.
+#[derive(Clone, Debug)]
+pub enum DTypeEncoder {
+    Format(Encoder),
+    E8M0,
+}
+
+impl DTypeEncoder {
+    /// The encoder of a minifloat dtype; `None` for other dtypes.
+    pub fn new(dtype: DType) -> Option<DTypeEncoder> {
+        if dtype == DType::F8E8M0 {
+            return Some(DTypeEncoder::E8M0);
+        }
+        format_of(dtype).map(|f| DTypeEncoder::Format(Encoder::new(&f)))
+    }
+
+    /// The code of `v`.
+    pub fn encode(&self, v: f64) -> u8 {
+        match self {
+            DTypeEncoder::Format(e) => e.cast(v),
+            DTypeEncoder::E8M0 => e8m0_up(v as f32),
+        }
+    }
+}
 
 /// How a minifloat spends its top codes.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Special {
     /// Every code is a finite number (the MX FP6/FP4 formats and custom minifloats).
     Finite,
@@ -72,6 +125,19 @@ pub fn e8m0(e: u8) -> f32 {
     }
 }
 
+/// `Cast` of an f32 to E8M0: the biased exponent of `|v|`, plus one when the mantissa is not
+/// zero unless that passes the largest code (`0xFE`); NaN and ±inf → `0xFF`. Zero and
+/// subnormals below `2^-127` give code 0 (the format has no zero).
+pub fn e8m0_up(v: f32) -> u8 {
+    let bits = v.to_bits();
+    let exp = (bits >> 23) & 0xFF;
+    if exp == 0xFF {
+        return 0xFF;
+    }
+    let up = bits & 0x7F_FFFF != 0 && exp != 0xFE;
+    (exp + u32::from(up)) as u8
+}
+
 /// Encodes values into one format: the non-negative finite codes in increasing order, which
 /// for these formats are the codes `0..=max_code` (magnitude grows with the code).
 #[derive(Clone, Debug)]
@@ -80,6 +146,7 @@ pub struct Encoder {
     sign_bit: u8,
     /// FNUZ formats have no negative zero: `−0` encodes as `0x00`.
     unsigned_zero: bool,
+    special: Special,
 }
 
 impl Encoder {
@@ -89,7 +156,8 @@ impl Encoder {
         let sign_bit = 1u8 << (bits - 1);
         let magnitudes: Vec<f64> =
             (0..sign_bit).map(|c| f64::from(decode(f, c))).take_while(|v| v.is_finite()).collect();
-        Encoder { magnitudes, sign_bit, unsigned_zero: layout(f).3 == Special::Fnuz }
+        let special = layout(f).3;
+        Encoder { magnitudes, sign_bit, unsigned_zero: special == Special::Fnuz, special }
     }
 
     /// The largest finite value.
@@ -117,11 +185,47 @@ impl Encoder {
                 hi
             }
         } as u8;
-        if v.is_sign_negative() && !(code == 0 && self.unsigned_zero) {
+        self.signed(code, v.is_sign_negative())
+    }
+
+    /// `code` with the sign of a negative value, except FNUZ zero.
+    fn signed(&self, code: u8, negative: bool) -> u8 {
+        if negative && !(code == 0 && self.unsigned_zero) {
             code | self.sign_bit
         } else {
             code
         }
+    }
+
+    /// `Cast` rounding: the nearest code (ties to even) as if the top binade went on, so a
+    /// value that rounds past the largest finite one overflows to ±inf (IEEE formats) or NaN
+    /// (E4M3FN, FNUZ), or saturates (all-finite formats); NaN → the format's NaN (all-finite
+    /// formats: 0).
+    pub fn cast(&self, v: f64) -> u8 {
+        let negative = v.is_sign_negative();
+        let nan = match self.special {
+            Special::Finite => 0,
+            Special::Ieee => self.signed(self.sign_bit - 2, negative),
+            Special::OcpE4M3 => self.signed(self.sign_bit - 1, negative),
+            Special::Fnuz => self.sign_bit,
+        };
+        if v.is_nan() {
+            return nan;
+        }
+        let mags = &self.magnitudes;
+        let (n, max) = (mags.len(), mags[mags.len() - 1]);
+        // Halfway between the largest finite value and the next one of its binade; a tie goes
+        // to whichever code is even (the virtual next code is `n`).
+        let limit = max + (max - mags[n - 2]) / 2.0;
+        let a = v.abs();
+        if a > limit || (a == limit && n % 2 == 0) {
+            return match self.special {
+                Special::Finite => self.signed(n as u8 - 1, negative),
+                Special::Ieee => self.signed(n as u8, negative),
+                Special::OcpE4M3 | Special::Fnuz => nan,
+            };
+        }
+        self.encode(v)
     }
 }
 
