@@ -46,7 +46,8 @@ pub struct TensorBytes<'a> {
     pub bytes: &'a [u8],
 }
 
-/// The rlx dtype of a safetensors dtype, if rlx has one (U16, U64 and FP8 it has not).
+/// The rlx dtype of a safetensors dtype (`F8_E4M3` is the finite-only E4M3FN that PyTorch
+/// writes), if rlx has one.
 pub fn rlx_dtype(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::BOOL => DType::Bool,
@@ -59,6 +60,8 @@ pub fn rlx_dtype(d: Dtype) -> Option<DType> {
         Dtype::U32 => DType::U32,
         Dtype::U16 => DType::U16,
         Dtype::U64 => DType::U64,
+        Dtype::F8_E5M2 => DType::F8E5M2,
+        Dtype::F8_E4M3 => DType::F8E4M3FN,
         Dtype::F32 => DType::F32,
         Dtype::F64 => DType::F64,
         Dtype::I64 => DType::I64,
