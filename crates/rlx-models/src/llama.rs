@@ -10,7 +10,6 @@
 //! mask. Products round as llama.cpp's CPU backend does (8-bit activation blocks against the
 //! 32-value weight types, f16 cache and attention operands; [`attention`]).
 
-mod attention;
 mod config;
 mod generate;
 pub mod hf;
@@ -171,7 +170,6 @@ impl Llama {
         }
         let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
         let group = h / hkv;
-        let heads = attention::Heads { q: h, kv: hkv, dim: hd };
         let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
         let attn = Attention { score_scale: var.attn_scale, attn_logit_softcap: var.attn_softcap, ..Attention::new(h, hd, MaskKind::Bias) };
         for l in 0..c.layers {
@@ -192,17 +190,13 @@ impl Llama {
             };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let o = if var.llama_cpp_numerics {
-                b.cached_attention(&p(""), (q, k, v), (pos, mask), (&heads, &attn), capacity)?
-            } else {
-                let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
-                let v = b.cache(&p("v_cache"), v, pos, (hkv, group, hd), capacity)?;
-                let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
-                let q = b.g.transpose(q, &[0, 2, 1, 3])?;
-                let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
-                let o = b.g.transpose(o, &[0, 2, 1, 3])?;
-                b.g.reshape(o, &[-1, (h * hd) as i64])?
-            };
+            let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
+            let v = b.cache(&p("v_cache"), v, pos, (hkv, group, hd), capacity)?;
+            let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
+            let q = b.g.transpose(q, &[0, 2, 1, 3])?;
+            let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
+            let o = b.g.transpose(o, &[0, 2, 1, 3])?;
+            let o = b.g.reshape(o, &[-1, (h * hd) as i64])?;
             let o = b.linear(&p("attn_output.weight"), o)?;
             let o = b.bias(var.o_bias, &p("attn_output.bias"), o)?;
             let o = if var.post_norms { b.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };

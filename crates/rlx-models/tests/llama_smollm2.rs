@@ -30,8 +30,9 @@ fn model() -> Option<PathBuf> {
 }
 
 /// Largest difference allowed between rlx's and llama.cpp's top logits (values near 20–35);
-/// measured up to 0.77 over all 64 steps of the five prompts.
-const LOGIT_TOLERANCE: f32 = 1.0;
+/// measured 0.60–0.66 on four prompts and 1.22 on the code prompt over all 64 steps (f32
+/// attention; llama.cpp's f16 KV cache brought the worst to 0.77 at half the decode speed).
+const LOGIT_TOLERANCE: f32 = 1.25;
 
 /// A divergence from llama.cpp's greedy path is accepted only at a near-tie: rlx's choice
 /// scores within this many logits of llama.cpp's top one in llama.cpp's own logits.

@@ -33,9 +33,9 @@ pub struct Variant {
     pub final_softcap: Option<f32>,
     /// Layers that attend to a window of recent tokens only (Gemma3).
     pub sliding: Option<SlidingWindow>,
-    /// Follow llama.cpp's CPU arithmetic (f16 KV cache and attention operands, f32 rope angles
-    /// by repeated products) instead of f32 throughout: set for GGUF files, whose reference
-    /// implementation is llama.cpp.
+    /// Follow llama.cpp's rope arithmetic (f32 angles by repeated products) instead of f64
+    /// angles: set for GGUF files, whose reference implementation is llama.cpp. (Its f16 KV
+    /// cache, built as graph ops, halved decode speed and moved no logit closer to llama.cpp's.)
     pub llama_cpp_numerics: bool,
 }
 
