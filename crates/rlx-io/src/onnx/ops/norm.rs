@@ -46,14 +46,8 @@ fn batch_norm_training(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<Va
     let dims = cx.dims(x0)?;
     let [_, c, ..] = dims[..] else { return Err(OpError::Invalid(format!("input {dims:?} needs a channel axis"))) };
     let dt = cx.dtype(x0);
-    let x = cast_to(cx, x0, stash(cx, x0))?;
     let axes: Vec<usize> = (0..dims.len()).filter(|&a| a != 1).collect();
-    let (mean, var) = moments(cx, x, &axes)?;
-    let ve = bin_scalar(cx, BinaryOp::Add, var, n.float("epsilon", 1e-5) as f64)?;
-    let inv = act(cx, ActivationKind::Rsqrt, ve)?;
-    let d = bin(cx, BinaryOp::Sub, x, mean)?;
-    let normed = bin(cx, BinaryOp::Mul, d, inv)?;
-    let normed = cast_to(cx, normed, dt)?;
+    let (normed, mean, var, _) = standardize(cx, n, x0, &axes)?;
     let mut per_channel = vec![1; dims.len()];
     per_channel[1] = c;
     let scale = reshape_static(cx, n.input(1)?, &per_channel)?;
@@ -122,21 +116,27 @@ fn stash(cx: &Cx<'_>, x: ValueId) -> DType {
     }
 }
 
+/// `(x − mean)/√(var + ε)` over `axes`, computed in F32 for half inputs and returned in
+/// `x`'s dtype, with the mean, the (biased) variance and the inverse deviation it used.
+fn standardize(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x0: ValueId, axes: &[usize]) -> OpResult<(ValueId, ValueId, ValueId, ValueId)> {
+    let dt = cx.dtype(x0);
+    let x = cast_to(cx, x0, stash(cx, x0))?;
+    let (mean, var) = moments(cx, x, axes)?;
+    let ve = bin_scalar(cx, BinaryOp::Add, var, n.float("epsilon", 1e-5) as f64)?;
+    let inv = act(cx, ActivationKind::Rsqrt, ve)?;
+    let d = bin(cx, BinaryOp::Sub, x, mean)?;
+    let normed = bin(cx, BinaryOp::Mul, d, inv)?;
+    Ok((cast_to(cx, normed, dt)?, mean, var, inv))
+}
+
 /// `LayerNormalization`: normalizes over axes `axis..`; outputs `Y`, and `Mean`, `InvStdDev`
 /// when asked.
 fn layer_norm(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let x0 = n.input(0)?;
     let rank = cx.rank(x0);
     let axis = n.axis(n.int("axis", -1), rank)?;
-    let dt = cx.dtype(x0);
-    let x = cast_to(cx, x0, stash(cx, x0))?;
     let axes: Vec<usize> = (axis..rank).collect();
-    let (mean, var) = moments(cx, x, &axes)?;
-    let ve = bin_scalar(cx, BinaryOp::Add, var, n.float("epsilon", 1e-5) as f64)?;
-    let inv = act(cx, ActivationKind::Rsqrt, ve)?;
-    let d = bin(cx, BinaryOp::Sub, x, mean)?;
-    let normed = bin(cx, BinaryOp::Mul, d, inv)?;
-    let normed = cast_to(cx, normed, dt)?;
+    let (normed, mean, _, inv) = standardize(cx, n, x0, &axes)?;
     let mut y = bin(cx, BinaryOp::Mul, normed, n.input(1)?)?;
     if let Some(b) = n.opt_input(2) {
         y = bin(cx, BinaryOp::Add, y, b)?;
