@@ -110,31 +110,40 @@ pub(super) fn matmul(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize, out: 
     let acts = quantize(x);
     let ops = Operands { t, w, row_bytes: blocks * block_bytes(t), blocks, a: &acts };
     let per_task = if rows * n * k < PAR_FLOPS { n } else { n.div_ceil(8 * rayon::current_num_threads()).next_multiple_of(COL_TILE) };
-    // `dst` holds columns `j0 ..` of the output, column-major (`rows` values per column).
-    let task = |j0: usize, dst: &mut [f32]| {
+    let dst = OutCols(out.as_mut_ptr());
+    let task = |j0: usize| {
         let mut acc = [[0f32; ROW_TILE]; COL_TILE];
-        let width = dst.len() / rows;
-        for c0 in (0..width).step_by(COL_TILE) {
-            let cols = COL_TILE.min(width - c0);
+        for c0 in (j0..n.min(j0 + per_task)).step_by(COL_TILE) {
+            let cols = COL_TILE.min(n - c0);
             for m0 in (0..rows).step_by(ROW_TILE) {
                 let h = ROW_TILE.min(rows - m0);
-                tile(&ops, j0 + c0, cols, m0, h, &mut acc);
+                tile(&ops, c0, cols, m0, h, &mut acc);
                 for (c, sums) in acc.iter().enumerate().take(cols) {
-                    dst[(c0 + c) * rows + m0..][..h].copy_from_slice(&sums[..h]);
+                    for (r, &v) in sums.iter().enumerate().take(h) {
+                        // Safety: `(m0 + r, c0 + c)` lies inside `out` (`rows × n`), and only
+                        // the task owning columns `j0 .. j0 + per_task` writes column `c0 + c`.
+                        unsafe { *dst.at((m0 + r) * n + c0 + c) = v };
+                    }
                 }
             }
         }
     };
-    if rows == 1 {
-        out.par_chunks_mut(per_task).enumerate().for_each(|(i, d)| task(i * per_task, d));
-        return;
+    let tasks = n.div_ceil(per_task);
+    if tasks > 1 {
+        (0..tasks).into_par_iter().for_each(|i| task(i * per_task));
+    } else {
+        task(0);
     }
-    let mut cm = vec![0f32; rows * n];
-    cm.par_chunks_mut(per_task * rows).enumerate().for_each(|(i, d)| task(i * per_task, d));
-    for (j, col) in cm.chunks_exact(rows).enumerate() {
-        for (m, &v) in col.iter().enumerate() {
-            out[m * n + j] = v;
-        }
+}
+
+/// The output's base pointer, shared by tasks that write disjoint columns.
+struct OutCols(*mut f32);
+// Safety: each column of the output is written by exactly one task (see `matmul`).
+unsafe impl Sync for OutCols {}
+
+impl OutCols {
+    fn at(&self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
     }
 }
 
