@@ -4,11 +4,13 @@
 mod cast;
 mod exp;
 mod gelu;
+mod silu;
 mod spline;
 
 pub use cast::cast;
 pub(crate) use exp::{exp_neg, exp_shifted};
 pub use gelu::{gelu, gelu_in_place};
+pub use silu::silu;
 pub use spline::{spline, spline_backward_coeff, spline_backward_x};
 
 use super::real::Real;
@@ -180,6 +182,10 @@ pub fn activation(kind: ActivationKind, x: In, out: &mut Out) -> Result<(), Stri
         }
         DType::F32 if kind == ActivationKind::Gelu => {
             par_chunks(x.get::<f32>(), out.get::<f32>(), gelu);
+            Ok(())
+        }
+        DType::F32 if kind == ActivationKind::Silu => {
+            par_chunks(x.get::<f32>(), out.get::<f32>(), silu);
             Ok(())
         }
         DType::F16 => {

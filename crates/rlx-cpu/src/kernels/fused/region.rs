@@ -6,7 +6,7 @@
 //! through the standalone elementwise kernels on the block's byte buffers.
 
 use super::per_act;
-use crate::kernels::elementwise::{act, activation, binary, cast, compare, gelu, select};
+use crate::kernels::elementwise::{act, activation, binary, cast, compare, gelu, select, silu};
 use crate::kernels::real::Real;
 use crate::kernels::{by_size, PAR_MIN};
 use crate::view::{In, Out};
@@ -179,6 +179,7 @@ fn f32_step<'a>(step: &ChainStep, at: impl Fn(Operand) -> &'a [f32], dst: &mut [
     }
     match *step {
         ChainStep::Activation(ActivationKind::Gelu, a) => gelu(at(a), dst),
+        ChainStep::Activation(ActivationKind::Silu, a) => silu(at(a), dst),
         ChainStep::Activation(kind, a) => {
             let a = at(a);
             per_act!(kind, K => dst.iter_mut().zip(a).for_each(|(d, &x)| *d = act(K, x)))

@@ -1,7 +1,7 @@
 //! `FusedSwiGLU`: `silu(gate)·up` over the two halves of the last axis.
 
 use super::Scratch;
-use crate::kernels::elementwise::{act, activation, binary, cast};
+use crate::kernels::elementwise::{activation, binary, cast, silu};
 use crate::kernels::PAR_MIN;
 use crate::view::{In, Out};
 use rayon::prelude::*;
@@ -28,9 +28,8 @@ pub fn swiglu(gate_first: bool, x: In, out: &mut Out) -> Result<(), String> {
         for (xr, yr) in xr.chunks_exact(2 * n).zip(yr.chunks_exact_mut(n)) {
             let (first, second) = xr.split_at(n);
             let (gate, up) = if gate_first { (first, second) } else { (second, first) };
-            for ((y, &g), &u) in yr.iter_mut().zip(gate).zip(up) {
-                *y = act(ActivationKind::Silu, g) * u;
-            }
+            silu(gate, yr);
+            yr.iter_mut().zip(up).for_each(|(y, &u)| *y *= u);
         }
     };
     if y.len() < PAR_MIN {
