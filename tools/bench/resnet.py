@@ -5,7 +5,9 @@ ONNX file, and PyTorch eager on the module it was exported from, at 1 and 2 thre
 The network is torchvision's ResNet-18 layout written out here (torchvision is not needed):
 7×7/2 stem, max-pool, four stages of two basic blocks (64/128/256/512 channels, 1×1 projection
 shortcuts where the shape changes), global average pool, a 1000-way linear layer. Weights and
-batch-norm statistics are random (seed 0); the export is eval-mode, opset 17.
+batch-norm statistics are random (seed 0); the export is eval-mode, opset 17, and the
+exporter folds each batch norm into its conv, so the graph holds Conv (with bias), Relu and
+Add only.
 
 Before timing, rlx's output on one random image is checked against onnxruntime's (max abs
 error relative to the largest |logit|). Rounds alternate the peers so each sees the same load;

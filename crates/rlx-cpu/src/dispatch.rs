@@ -147,6 +147,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         // fused
         Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], ins[2], out),
         Op::FusedSwiGLU(a) => fused::swiglu(a.gate_first, ins[0], out),
+        Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, out),
         Op::FusedResidualLN(a) => fused::residual_layer_norm(a, ins, out),
         Op::FusedResidualRmsNorm(a) => fused::residual_rms_norm(a, ins, out),
         Op::ElementwiseRegion(r) => fused::elementwise_region(r, ins, out),

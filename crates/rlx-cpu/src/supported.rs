@@ -113,6 +113,7 @@ pub const SUPPORTED_OPS: &[OpKind] = {
         // fused (rlx_opt::fuse emits them)
         FusedMatMulBiasAct,
         FusedSwiGLU,
+        FusedConvBiasAct,
         FusedResidualLN,
         FusedResidualRmsNorm,
         ElementwiseRegion,

@@ -7,6 +7,7 @@
 //! from the pattern's inputs and stands it in for the root. The pattern's inner nodes must have
 //! no other reader, so they are dead afterwards and dead-code elimination drops them.
 
+mod conv;
 mod matmul;
 mod norm;
 mod region;
@@ -80,6 +81,7 @@ struct Rule {
 const RULES: &[Rule] = &[
     Rule { kind: OpKind::FusedSwiGLU, fuse: swiglu::fuse },
     Rule { kind: OpKind::FusedMatMulBiasAct, fuse: matmul::fuse },
+    Rule { kind: OpKind::FusedConvBiasAct, fuse: conv::fuse },
     Rule { kind: OpKind::FusedResidualLN, fuse: norm::fuse_layer_norm },
     Rule { kind: OpKind::FusedResidualRmsNorm, fuse: norm::fuse_rms_norm },
     Rule { kind: OpKind::ElementwiseRegion, fuse: region::fuse },

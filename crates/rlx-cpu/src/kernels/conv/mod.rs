@@ -3,22 +3,30 @@
 //! Every conv-like op runs over three spatial axes: a 2-D op is a 3-D one with `D = 1`
 //! (and a 1-D conv is a 2-D one with `H = 1`, OPS.md §10). Convolutions lower onto GEMM:
 //! per (image, group) the window cells are copied into a column matrix `[C/g·K, O]`
-//! (`K` taps, `O` output cells) and multiplied by the group's weight rows
-//! ([`gemm_slice`](crate::kernels::matmul::gemm_slice)); transposed convs multiply first and scatter-add the columns back
-//! (col2im). Float ops run on f32 and f64; f16/bf16 operands compute in f32.
+//! (`K` taps, `O` output cells) and multiplied by the group's weight rows (f32 on rlx's
+//! [`sgemm`](crate::kernels::matmul::sgemm), with `FusedConvBiasAct`'s bias, residual and
+//! activation in its epilogue; f64 on [`gemm_slice`](crate::kernels::matmul::gemm_slice));
+//! transposed convs multiply first and scatter-add the columns back (col2im). Float ops run
+//! on f32 and f64; f16/bf16 operands compute in f32.
 
 
+mod fused;
 mod pool;
 mod resize;
 
+pub use fused::conv_bias_act;
 pub use pool::{max_pool3d_backward, max_pool_backward, pool};
 pub use resize::resize_nearest;
 
-use super::matmul::{gemm_slice, narrow, widen};
+use super::elementwise::{act, gelu_in_place};
+use super::fused::per_act;
+use super::matmul::{gemm_slice, narrow, sgemm_with, widen, Epilogue, Mat, MatMut, Tile};
 use super::real::Real;
 use super::{by_size, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
+use rlx_ir::ops::elementwise::ActivationKind;
+use std::cell::RefCell;
 use rlx_ir::ops::conv::{
     Conv, Conv2dBackwardInput, Conv2dBackwardWeight, Conv3d, Conv3dBackwardInput, Conv3dBackwardWeight, ConvTranspose2d,
     ConvTranspose3d, Im2Col,
@@ -88,6 +96,19 @@ impl Geom {
         (i < self.big[a]).then_some(i)
     }
 
+    /// For W-axis tap `k`: the window positions `lo..hi` whose cell lies inside, and the big
+    /// cell under position `lo` (empty range when none does).
+    fn inside(&self, k: usize) -> (usize, usize, usize) {
+        let (s, sw, off) = (self.s[2], self.small[2], k * self.d[2]);
+        let lo = self.p[2].saturating_sub(off).div_ceil(s).min(sw);
+        let hi = match (self.big[2] + self.p[2]).checked_sub(off + 1) {
+            Some(last) => (last / s + 1).min(sw),
+            None => 0,
+        };
+        let hi = hi.max(lo);
+        (lo, hi, (lo * s + off).saturating_sub(self.p[2]))
+    }
+
     /// A 1×1 window with stride 1 and no padding: the column matrix is the input itself.
     fn pointwise(&self) -> bool {
         self.k == [1; 3] && self.s == [1; 3] && self.p == [0; 3] && self.big == self.small
@@ -126,24 +147,47 @@ impl Geom {
 /// Copies the windows of `x [c, big]` into `col [c·K, O]`: row `(ci, tap)`, column = window
 /// position; cells outside `x` are `T::default()` (zero).
 pub fn im2col<T: Copy + Default>(x: &[T], c: usize, g: &Geom, col: &mut [T]) {
-    let (bi, o, kk, sw) = (g.big_cells(), g.small_cells(), g.taps(), g.small[2]);
+    let (bi, rows) = (g.big_cells(), g.taps() * g.small_cells());
     for ci in 0..c {
-        let plane = &x[ci * bi..(ci + 1) * bi];
-        g.lines(|tap, [_, _, kw], at, base| {
-            let row = (ci * kk + tap) * o;
-            let line = &mut col[row + at..row + at + sw];
-            let Some(base) = base else {
-                line.fill(T::default());
-                return;
-            };
-            for (ow, v) in line.iter_mut().enumerate() {
-                *v = match g.src(2, ow, kw) {
-                    Some(iw) => plane[base + iw],
-                    None => T::default(),
-                };
-            }
-        });
+        im2col_plane(&x[ci * bi..(ci + 1) * bi], g, &mut col[ci * rows..(ci + 1) * rows]);
     }
+}
+
+/// [`im2col`] with the channels split over the rayon pool.
+fn im2col_par<T: Copy + Default + Send + Sync>(x: &[T], c: usize, g: &Geom, col: &mut [T]) {
+    let (bi, rows) = (g.big_cells(), g.taps() * g.small_cells());
+    if rows == 0 {
+        return;
+    }
+    col[..c * rows].par_chunks_mut(rows).enumerate().for_each(|(ci, rows)| im2col_plane(&x[ci * bi..(ci + 1) * bi], g, rows));
+}
+
+/// The `K` rows of one channel's plane: each line of `W` cells is a zero head, a run read from
+/// the plane (contiguous at stride 1) and a zero tail.
+fn im2col_plane<T: Copy + Default>(plane: &[T], g: &Geom, col: &mut [T]) {
+    let o = g.small_cells();
+    let (s, sw) = (g.s[2], g.small[2]);
+    g.lines(|tap, [_, _, kw], at, base| {
+        let line = &mut col[tap * o + at..tap * o + at + sw];
+        let Some(base) = base else {
+            line.fill(T::default());
+            return;
+        };
+        let (lo, hi, first) = g.inside(kw);
+        line[..lo].fill(T::default());
+        line[hi..].fill(T::default());
+        if hi == lo {
+            return;
+        }
+        let src = &plane[base + first..];
+        if s == 1 {
+            line[lo..hi].copy_from_slice(&src[..hi - lo]);
+        } else {
+            for (v, &x) in line[lo..hi].iter_mut().zip(src.iter().step_by(s)) {
+                *v = x;
+            }
+        }
+    });
 }
 
 /// The adjoint of [`im2col`]: adds every entry of `col [c·K, O]` onto the cell of
@@ -192,8 +236,13 @@ pub struct Channels {
 }
 
 /// Cross-correlation `out [N, C_out, small] = x [N, C_in, big] ⋆ w [C_out, C_in/g, K]`, per
-/// (image, group): `out_g [C_out/g, O] = w_g [C_out/g, C_in/g·K] × im2col(x_g)`.
+/// (image, group): `out_g [C_out/g, O] = w_g [C_out/g, C_in/g·K] × im2col(x_g)`. f32 runs on
+/// [`conv_f32`].
 pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &Geom) {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let f = bytemuck::cast_slice::<T, f32>;
+        return conv_f32(f(x), f(w), bytemuck::cast_slice_mut::<T, f32>(out), ch, g, None);
+    }
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
     let rows = cig * g.taps();
@@ -209,6 +258,87 @@ pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &
             gemm_slice(cog, rows, o, wg, [rows, 1], &col, [o, 1], chunk, false);
         }
     });
+}
+
+/// What a fused conv does to its output once the product is in (`FusedConvBiasAct`):
+/// `act(y + bias[c] [+ residual])`.
+pub struct Finish<'a> {
+    /// Per output channel, `[C_out]`.
+    pub bias: &'a [f32],
+    /// Laid out as the output, `[N, C_out, small]`.
+    pub residual: Option<&'a [f32]>,
+    pub activation: Option<ActivationKind>,
+}
+
+impl Finish<'_> {
+    /// Finishes `y`, the piece of output channel `oc` starting at flat output index `at`.
+    fn apply(&self, oc: usize, at: usize, y: &mut [f32]) {
+        let b = self.bias[oc];
+        match self.residual {
+            Some(r) => y.iter_mut().zip(&r[at..]).for_each(|(y, &r)| *y = *y + b + r),
+            None => y.iter_mut().for_each(|y| *y += b),
+        }
+        match self.activation {
+            None => {}
+            Some(ActivationKind::Relu) => y.iter_mut().for_each(|y| *y = if *y > 0.0 { *y } else { 0.0 }),
+            Some(ActivationKind::Gelu) => gelu_in_place(y),
+            Some(kind) => per_act!(kind, K => y.iter_mut().for_each(|y| *y = act(K, *y))),
+        }
+    }
+}
+
+thread_local! {
+    /// The column matrix of the conv running on this thread, kept between calls.
+    static COLUMNS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`conv_forward`] in f32, optionally finished by `finish` inside the GEMM while each piece
+/// of the output is in cache. With as many (image, group) pieces as threads the pieces run
+/// side by side, each product on one thread; otherwise they run in turn with the window copy
+/// and the product each split over the pool (a batch of one image).
+pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>) {
+    let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
+    let (bi, o) = (g.big_cells(), g.small_cells());
+    let rows = cig * g.taps();
+    if cog * o == 0 {
+        return;
+    }
+    let one = |ng: usize, chunk: &mut [f32], parallel: bool| {
+        let (b, gi) = (ng / ch.groups, ng % ch.groups);
+        let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
+        let wg = Mat { data: &w[gi * cog * rows..][..cog * rows], rows: cog, cols: rows, strides: [rows, 1] };
+        let first = (b * ch.c_out + gi * cog) * o;
+        let epilogue = |r: usize, c0: usize, y: &mut [f32]| {
+            if let Some(f) = finish {
+                f.apply(gi * cog + r, first + r * o + c0, y);
+            }
+        };
+        let epilogue: Option<Epilogue> = finish.is_some().then_some(&epilogue);
+        let c = MatMut::row_major(chunk, cog, o);
+        let done = if g.pointwise() {
+            sgemm_with(Tile::best(), wg, Mat::row_major(xs, rows, o), c, false, parallel, epilogue)
+        } else {
+            COLUMNS.with_borrow_mut(|col| {
+                col.resize(rows * o, 0.0);
+                if parallel {
+                    im2col_par(xs, cig, g, col);
+                } else {
+                    im2col(xs, cig, g, col);
+                }
+                sgemm_with(Tile::best(), wg, Mat::row_major(&col[..], rows, o), c, false, parallel, epilogue)
+            })
+        };
+        if let Err(e) = done {
+            panic!("conv: {e}");
+        }
+    };
+    let pieces = out.len() / (cog * o);
+    let work = pieces * cog * rows * o;
+    if pieces > 1 && pieces >= rayon::current_num_threads() && work >= PAR_MIN {
+        out.par_chunks_mut(cog * o).enumerate().for_each(|(i, c)| one(i, c, false));
+    } else {
+        out.chunks_mut(cog * o).enumerate().for_each(|(i, c)| one(i, c, true));
+    }
 }
 
 /// Transposed conv `out [N, C_out, big]` of `x [N, C_in, small]` with
@@ -462,6 +592,45 @@ mod tests {
             let want = conv_direct(&x, &w, ch, &g);
             for (a, b) in out.iter().zip(&want) {
                 assert!((a - b).abs() < 1e-12, "{a} vs {b} for {g:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn f32_conv_with_its_epilogue_matches_the_direct_loop() {
+        // Batches of one (split inside the GEMM) and of several (pieces side by side), windows
+        // hanging over every edge, strides, dilations and groups; f64 reference, then
+        // relu(y + bias[c] + residual).
+        type Case = ([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3], Channels);
+        let cases: &[Case] = &[
+            ([1, 23, 21], [1, 7, 7], [1, 2, 2], [0, 3, 3], [1, 1, 1], Channels { n: 1, c_in: 3, c_out: 16, groups: 1 }),
+            ([1, 14, 15], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], Channels { n: 1, c_in: 8, c_out: 12, groups: 1 }),
+            ([1, 13, 12], [1, 3, 3], [1, 2, 3], [0, 1, 2], [1, 2, 1], Channels { n: 3, c_in: 6, c_out: 9, groups: 3 }),
+            ([1, 9, 11], [1, 1, 1], [1, 2, 2], [0, 0, 0], [1, 1, 1], Channels { n: 1, c_in: 5, c_out: 7, groups: 1 }),
+            ([1, 9, 11], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 2, c_in: 4, c_out: 6, groups: 2 }),
+            ([1, 4, 5], [1, 3, 5], [1, 1, 1], [0, 2, 6], [1, 1, 3], Channels { n: 1, c_in: 2, c_out: 3, groups: 1 }),
+        ];
+        for &(big, k, s, p, d, ch) in cases {
+            let small: Vec<usize> = (0..3).map(|a| (big[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a] + 1).collect();
+            let g = Geom::new(&big, &small, &k, &s, &p, &d);
+            let x = values(ch.n * ch.c_in * g.big_cells(), 6);
+            let w = values(ch.c_out * ch.c_in / ch.groups * g.taps(), 7);
+            let bias = values(ch.c_out, 8);
+            let residual = values(ch.n * ch.c_out * g.small_cells(), 9);
+            let f32s = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+            let plain = conv_direct(&x, &w, ch, &g);
+            let o = g.small_cells();
+            let finished: Vec<f64> = plain.iter().enumerate().map(|(i, &y)| (y + bias[i / o % ch.c_out] + residual[i]).max(0.0)).collect();
+            let (x, w, b, r) = (f32s(&x), f32s(&w), f32s(&bias), f32s(&residual));
+            let mut out = vec![f32::NAN; plain.len()];
+            conv_f32(&x, &w, &mut out, ch, &g, None);
+            let mut fused = vec![f32::NAN; plain.len()];
+            let finish = Finish { bias: &b, residual: Some(&r), activation: Some(ActivationKind::Relu) };
+            conv_f32(&x, &w, &mut fused, ch, &g, Some(&finish));
+            for (got, want) in [(&out, &plain), (&fused, &finished)] {
+                for (a, b) in got.iter().zip(want.iter()) {
+                    assert!((*a as f64 - b).abs() < 1e-5 * (1.0 + b.abs()), "{a} vs {b} for {g:?} {ch:?}");
+                }
             }
         }
     }

@@ -87,26 +87,28 @@ fn int_range(d: DType) -> (i64, i64) {
     }
 }
 
-/// Calls `f(small_cell, big_cell)` for every window position and every in-bounds tap, in
-/// row-major order of positions and, within one, of taps.
+/// Calls `f(small_cell, big_cell)` for every window position and every in-bounds tap; each
+/// position sees its taps in row-major order. Runs a line of positions per tap, so the
+/// bounds are worked out once per line rather than per cell.
 fn windows(g: &Geom, mut f: impl FnMut(usize, usize)) {
     let [_, bh, bw] = g.big;
-    let mut o = 0;
-    for od in 0..g.small[0] {
-        for oh in 0..g.small[1] {
-            for ow in 0..g.small[2] {
-                for kd in 0..g.k[0] {
-                    let Some(id) = g.src(0, od, kd) else { continue };
-                    for kh in 0..g.k[1] {
-                        let Some(ih) = g.src(1, oh, kh) else { continue };
-                        for kw in 0..g.k[2] {
-                            if let Some(iw) = g.src(2, ow, kw) {
-                                f(o, (id * bh + ih) * bw + iw);
-                            }
+    let [sd, sh, sw] = g.small;
+    let s = g.s[2];
+    let lines: Vec<(usize, usize, usize)> = (0..g.k[2]).map(|kw| g.inside(kw)).collect();
+    for od in 0..sd {
+        for oh in 0..sh {
+            let row = (od * sh + oh) * sw;
+            for kd in 0..g.k[0] {
+                let Some(id) = g.src(0, od, kd) else { continue };
+                for kh in 0..g.k[1] {
+                    let Some(ih) = g.src(1, oh, kh) else { continue };
+                    let base = (id * bh + ih) * bw;
+                    for &(lo, hi, first) in &lines {
+                        for (i, ow) in (lo..hi).enumerate() {
+                            f(row + ow, base + first + i * s);
                         }
                     }
                 }
-                o += 1;
             }
         }
     }
@@ -115,19 +117,17 @@ fn windows(g: &Geom, mut f: impl FnMut(usize, usize)) {
 /// Pools every `[big]` plane of `x` into the matching `[small]` plane of `out`; `range` is
 /// the (lowest, highest) value of the dtype, the identities of `Max` and `Min`.
 fn pool_planes<T: PoolElem>(kind: ReduceOp, x: &[T], out: &mut [T], g: &Geom, range: (T, T)) {
+    match kind {
+        ReduceOp::Sum | ReduceOp::Mean => planes(kind, x, out, g, T::zero(), T::add),
+        ReduceOp::Prod => planes(kind, x, out, g, T::one(), T::mul),
+        ReduceOp::Max => planes(kind, x, out, g, range.0, T::max),
+        ReduceOp::Min => planes(kind, x, out, g, range.1, T::min),
+    }
+}
+
+/// [`pool_planes`] with its combining step known at compile time, so it inlines.
+fn planes<T: PoolElem>(kind: ReduceOp, x: &[T], out: &mut [T], g: &Geom, init: T, step: impl Fn(T, T) -> T + Sync + Send) {
     let (bi, o, taps) = (g.big_cells(), g.small_cells(), g.taps());
-    let init = match kind {
-        ReduceOp::Sum | ReduceOp::Mean => T::zero(),
-        ReduceOp::Prod => T::one(),
-        ReduceOp::Max => range.0,
-        ReduceOp::Min => range.1,
-    };
-    let step: fn(T, T) -> T = match kind {
-        ReduceOp::Sum | ReduceOp::Mean => T::add,
-        ReduceOp::Prod => T::mul,
-        ReduceOp::Max => T::max,
-        ReduceOp::Min => T::min,
-    };
     for_chunks(out, o, o * taps, |plane, acc| {
         let x = &x[plane * bi..(plane + 1) * bi];
         acc.fill(init);
