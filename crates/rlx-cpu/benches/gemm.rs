@@ -3,9 +3,12 @@
 //! shape with the median time and GFLOP/s (2·m·k·n flops per call).
 //! `tools/bench/gemm.py` runs it beside NumPy's sgemm and prints ratios.
 //!
+//! `--peak` instead measures the FMA peak: a loop of independent register-only FMAs on every
+//! thread at once, in its AVX-512 and AVX2 forms, one JSON line per form.
+//!
 //! Usage: `cargo bench -p rlx-cpu --bench gemm -- [--threads T] [--reps R] [--warmup W]
-//! [--shape M,K,N]...`; without `--threads` rayon's default (`RAYON_NUM_THREADS`) applies,
-//! without `--shape` the shapes of docs/BENCHMARKS.md run.
+//! [--shape M,K,N]... [--peak]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
+//! applies, without `--shape` the shapes of docs/BENCHMARKS.md run.
 
 use rlx_cpu::kernels::matmul::matmul;
 use rlx_cpu::view::{In, Out};
@@ -30,12 +33,17 @@ struct Options {
     reps: usize,
     warmup: usize,
     shapes: Vec<[usize; 3]>,
+    peak: bool,
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new() };
+    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new(), peak: false };
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = args.next() {
+        if flag == "--peak" {
+            o.peak = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
@@ -96,6 +104,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let pool = pool.build()?;
     let threads = pool.current_num_threads();
+    if o.peak {
+        for (form, gflops) in peak::measure(&pool, o.reps) {
+            println!("{{\"peer\": \"peak\", \"form\": \"{form}\", \"threads\": {threads}, \"gflops\": {gflops:.2}}}");
+        }
+        return Ok(());
+    }
     for shape in &o.shapes {
         let secs = pool.install(|| time_matmul(*shape, o.reps, o.warmup))?;
         let [m, k, n] = *shape;
@@ -106,4 +120,74 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// The FMA peak: each thread runs `ACC` independent accumulator chains (more than FMA latency ×
+/// FMA ports, so the chains never wait on each other) for `STEPS` steps, all threads at once.
+mod peak {
+    use std::time::Instant;
+
+    const ACC: usize = 12;
+    const STEPS: usize = 1 << 20;
+
+    /// Best GFLOP/s over `reps` short runs (at least 20: the best is the least disturbed by
+    /// other processes) of every form this CPU has, summed over the pool's threads.
+    pub fn measure(pool: &rayon::ThreadPool, reps: usize) -> Vec<(&'static str, f64)> {
+        let mut forms: Vec<(&'static str, usize, fn() -> f32)> = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                forms.push(("avx512", 16, || unsafe { x86::avx512() }));
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                forms.push(("avx2", 8, || unsafe { x86::avx2() }));
+            }
+        }
+        forms
+            .into_iter()
+            .map(|(form, lanes, run)| {
+                let best = (0..reps.max(20))
+                    .map(|_| {
+                        let t = Instant::now();
+                        std::hint::black_box(pool.broadcast(|_| run()));
+                        t.elapsed().as_secs_f64()
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                let flops = (2 * lanes * ACC * STEPS * pool.current_num_threads()) as f64;
+                (form, flops / best / 1e9)
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use super::{ACC, STEPS};
+        use std::arch::x86_64::*;
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn avx512() -> f32 {
+            let (x, y) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+            let mut acc = [_mm512_set1_ps(1.0); ACC];
+            for _ in 0..STEPS {
+                for a in acc.iter_mut() {
+                    *a = _mm512_fmadd_ps(*a, x, y);
+                }
+            }
+            acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn avx2() -> f32 {
+            let (x, y) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+            let mut acc = [_mm256_set1_ps(1.0); ACC];
+            for _ in 0..STEPS {
+                for a in acc.iter_mut() {
+                    *a = _mm256_fmadd_ps(*a, x, y);
+                }
+            }
+            let mut out = [0.0f32; 8];
+            acc.iter().for_each(|&a| _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(a, _mm256_loadu_ps(out.as_ptr()))));
+            out.iter().sum()
+        }
+    }
 }
