@@ -6,11 +6,14 @@
 //! `--peak` instead measures the FMA peak: a loop of independent register-only FMAs on every
 //! thread at once, in its AVX-512 and AVX2 forms, one JSON line per form.
 //!
+//! `--prepacked` also times each shape with `b` packed once beforehand (a weight, as the CPU
+//! plan does), alternating call by call with the plain product: `"peer": "rlx-prepacked"`.
+//!
 //! Usage: `cargo bench -p rlx-cpu --bench gemm -- [--threads T] [--reps R] [--warmup W]
-//! [--shape M,K,N]... [--peak]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
+//! [--shape M,K,N]... [--peak] [--prepacked]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
 //! applies, without `--shape` the shapes of docs/BENCHMARKS.md run.
 
-use rlx_cpu::kernels::matmul::matmul;
+use rlx_cpu::kernels::matmul::{matmul, matmul_prepacked, prepack};
 use rlx_cpu::view::{In, Out};
 use rlx_ir::DType;
 use std::time::Instant;
@@ -34,14 +37,16 @@ struct Options {
     warmup: usize,
     shapes: Vec<[usize; 3]>,
     peak: bool,
+    prepacked: bool,
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new(), peak: false };
+    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new(), peak: false, prepacked: false };
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = args.next() {
-        if flag == "--peak" {
-            o.peak = true;
+        if flag == "--peak" || flag == "--prepacked" {
+            o.peak |= flag == "--peak";
+            o.prepacked |= flag == "--prepacked";
             continue;
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -76,24 +81,37 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Median seconds of one `MatMul` call at `[m, k] × [k, n]`.
-fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize) -> Result<f64, String> {
+/// Median seconds of one `MatMul` call at `[m, k] × [k, n]`, and with `prepacked` of one with
+/// `b` packed beforehand (the two alternating call by call).
+fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: bool) -> Result<(f64, Option<f64>), String> {
     let (a, b) = (random(m * k, 1), random(k * n, 2));
     let mut c = vec![0.0f32; m * n];
     let (da, db, dc) = ([m, k], [k, n], [m, n]);
-    let mut times = Vec::with_capacity(reps);
+    let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
+    let packed = prepacked.then(|| prepack(ib));
+    let (mut plain, mut pre) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     for i in 0..warmup + reps {
         let ia = In { dtype: DType::F32, dims: &da, bytes: bytemuck::cast_slice(&a) };
-        let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
         let mut out = Out { dtype: DType::F32, dims: &dc, bytes: bytemuck::cast_slice_mut(&mut c) };
         let t = Instant::now();
         matmul(ia, ib, &mut out)?;
+        let plain_secs = t.elapsed().as_secs_f64();
+        if let Some(p) = &packed {
+            let t = Instant::now();
+            matmul_prepacked(ia, ib, p, &mut out)?;
+            if i >= warmup {
+                pre.push(t.elapsed().as_secs_f64());
+            }
+        }
         if i >= warmup {
-            times.push(t.elapsed().as_secs_f64());
+            plain.push(plain_secs);
         }
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(plain), packed.map(|_| median(pre))))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -111,27 +129,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     for shape in &o.shapes {
-        let secs = pool.install(|| time_matmul(*shape, o.reps, o.warmup))?;
+        let (secs, pre) = pool.install(|| time_matmul(*shape, o.reps, o.warmup, o.prepacked))?;
         let [m, k, n] = *shape;
-        let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
-        println!(
-            "{{\"peer\": \"rlx\", \"m\": {m}, \"k\": {k}, \"n\": {n}, \"threads\": {threads}, \"median_ms\": {:.4}, \"gflops\": {gflops:.2}}}",
-            secs * 1e3
-        );
+        for (peer, secs) in [("rlx", Some(secs)), ("rlx-prepacked", pre)] {
+            let Some(secs) = secs else { continue };
+            let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
+            println!(
+                "{{\"peer\": \"{peer}\", \"m\": {m}, \"k\": {k}, \"n\": {n}, \"threads\": {threads}, \"median_ms\": {:.4}, \"gflops\": {gflops:.2}}}",
+                secs * 1e3
+            );
+        }
     }
     Ok(())
 }
 
 /// The FMA peak: each thread runs `ACC` independent accumulator chains (more than FMA latency ×
 /// FMA ports, so the chains never wait on each other) for `STEPS` steps, all threads at once.
+/// Each thread's rate is taken over the CPU time it got (Linux's schedstat; wall time where
+/// that is unreadable), so other processes sharing the cores lower the figure less.
 mod peak {
     use std::time::Instant;
 
     const ACC: usize = 12;
     const STEPS: usize = 1 << 20;
 
-    /// Best GFLOP/s over `reps` short runs (at least 20: the best is the least disturbed by
-    /// other processes) of every form this CPU has, summed over the pool's threads.
+    /// Best GFLOP/s over `reps` short runs (at least 20) of every form this CPU has, summed over
+    /// the pool's threads.
     pub fn measure(pool: &rayon::ThreadPool, reps: usize) -> Vec<(&'static str, f64)> {
         let mut forms: Vec<(&'static str, usize, fn() -> f32)> = Vec::new();
         #[cfg(target_arch = "x86_64")]
@@ -146,17 +169,28 @@ mod peak {
         forms
             .into_iter()
             .map(|(form, lanes, run)| {
+                let flops = (2 * lanes * ACC * STEPS) as f64;
                 let best = (0..reps.max(20))
-                    .map(|_| {
-                        let t = Instant::now();
-                        std::hint::black_box(pool.broadcast(|_| run()));
-                        t.elapsed().as_secs_f64()
-                    })
-                    .fold(f64::INFINITY, f64::min);
-                let flops = (2 * lanes * ACC * STEPS * pool.current_num_threads()) as f64;
-                (form, flops / best / 1e9)
+                    .map(|_| pool.broadcast(|_| flops / seconds(|| std::hint::black_box(run())) / 1e9).iter().sum::<f64>())
+                    .fold(0.0, f64::max);
+                (form, best)
             })
             .collect()
+    }
+
+    /// This thread's CPU seconds spent in `f`.
+    fn seconds(f: impl FnOnce() -> f32) -> f64 {
+        let (t, cpu) = (Instant::now(), cpu_ns());
+        f();
+        match (cpu, cpu_ns()) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64 * 1e-9,
+            _ => t.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Nanoseconds this thread has run on a CPU.
+    fn cpu_ns() -> Option<u64> {
+        std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
     }
 
     #[cfg(target_arch = "x86_64")]
