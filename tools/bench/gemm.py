@@ -10,8 +10,7 @@ rlx runs on the same cores. Prints per shape and thread count the median over
 rounds of each side's median GFLOP/s (2*M*K*N flops per call), the speed ratio
 rlx / OpenBLAS (above 1: rlx is faster) and each side's share of the FMA peak, which the
 bench binary measures first per thread count (`--peak`: the best of many short runs of
-independent register-only FMAs on every thread, each thread's rate over the CPU time it got,
-the faster of the AVX-512 and AVX2 forms).
+independent register-only FMAs on every thread, the faster of the AVX-512 and AVX2 forms).
 
 Usage: python3 tools/bench/gemm.py [--rounds 5] [--reps 20] [--threads 1 2] [--shape M,K,N ...]
                                   [--rlx-bin PATH]

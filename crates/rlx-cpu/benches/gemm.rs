@@ -145,16 +145,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The FMA peak: each thread runs `ACC` independent accumulator chains (more than FMA latency ×
 /// FMA ports, so the chains never wait on each other) for `STEPS` steps, all threads at once.
-/// Each thread's rate is taken over the CPU time it got (Linux's schedstat; wall time where
-/// that is unreadable), so other processes sharing the cores lower the figure less.
 mod peak {
     use std::time::Instant;
 
     const ACC: usize = 12;
     const STEPS: usize = 1 << 20;
 
-    /// Best GFLOP/s over `reps` short runs (at least 20) of every form this CPU has, summed over
-    /// the pool's threads.
+    /// Best GFLOP/s over `reps` short runs (at least 20: the best is the least disturbed by
+    /// other processes) of every form this CPU has, summed over the pool's threads.
     pub fn measure(pool: &rayon::ThreadPool, reps: usize) -> Vec<(&'static str, f64)> {
         let mut forms: Vec<(&'static str, usize, fn() -> f32)> = Vec::new();
         #[cfg(target_arch = "x86_64")]
@@ -169,28 +167,17 @@ mod peak {
         forms
             .into_iter()
             .map(|(form, lanes, run)| {
-                let flops = (2 * lanes * ACC * STEPS) as f64;
                 let best = (0..reps.max(20))
-                    .map(|_| pool.broadcast(|_| flops / seconds(|| std::hint::black_box(run())) / 1e9).iter().sum::<f64>())
-                    .fold(0.0, f64::max);
-                (form, best)
+                    .map(|_| {
+                        let t = Instant::now();
+                        std::hint::black_box(pool.broadcast(|_| run()));
+                        t.elapsed().as_secs_f64()
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                let flops = (2 * lanes * ACC * STEPS * pool.current_num_threads()) as f64;
+                (form, flops / best / 1e9)
             })
             .collect()
-    }
-
-    /// This thread's CPU seconds spent in `f`.
-    fn seconds(f: impl FnOnce() -> f32) -> f64 {
-        let (t, cpu) = (Instant::now(), cpu_ns());
-        f();
-        match (cpu, cpu_ns()) {
-            (Some(a), Some(b)) if b > a => (b - a) as f64 * 1e-9,
-            _ => t.elapsed().as_secs_f64(),
-        }
-    }
-
-    /// Nanoseconds this thread has run on a CPU.
-    fn cpu_ns() -> Option<u64> {
-        std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
     }
 
     #[cfg(target_arch = "x86_64")]
