@@ -151,10 +151,13 @@ mod peak {
     const ACC: usize = 12;
     const STEPS: usize = 1 << 20;
 
+    /// A form's name, its f32 lanes per FMA, and its loop.
+    type Form = (&'static str, usize, fn() -> f32);
+
     /// Best GFLOP/s over `reps` short runs (at least 20: the best is the least disturbed by
     /// other processes) of every form this CPU has, summed over the pool's threads.
     pub fn measure(pool: &rayon::ThreadPool, reps: usize) -> Vec<(&'static str, f64)> {
-        let mut forms: Vec<(&'static str, usize, fn() -> f32)> = Vec::new();
+        let mut forms: Vec<Form> = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
