@@ -7,8 +7,10 @@ NumPy (`np.matmul` into a preallocated output, OpenBLAS pinned to the same numbe
 threads with threadpoolctl), alternating; after each NumPy run the script pauses (`--pause`)
 so that OpenBLAS's worker threads, which spin for a while after a call, are idle again before
 rlx runs on the same cores. Prints per shape and thread count the median over
-rounds of each side's median GFLOP/s (2*M*K*N flops per call) and the speed ratio
-rlx / OpenBLAS (above 1: rlx is faster).
+rounds of each side's median GFLOP/s (2*M*K*N flops per call), the speed ratio
+rlx / OpenBLAS (above 1: rlx is faster) and each side's share of the FMA peak, which the
+bench binary measures first per thread count (`--peak`: the best of many short runs of
+independent register-only FMAs on every thread, the faster of the AVX-512 and AVX2 forms).
 
 Usage: python3 tools/bench/gemm.py [--rounds 5] [--reps 20] [--threads 1 2] [--shape M,K,N ...]
                                   [--rlx-bin PATH]
@@ -58,6 +60,13 @@ def rlx_gflops(exe, shape, threads, reps):
     return json.loads(out.strip().splitlines()[-1])["gflops"]
 
 
+def peak_gflops(exe, threads, reps=60):
+    """The FMA peak at `threads` threads: the fastest form the bench binary measures."""
+    cmd = [exe, "--peak", "--threads", str(threads), "--reps", str(reps)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    return max(json.loads(line)["gflops"] for line in out.strip().splitlines())
+
+
 def numpy_gflops(shape, threads, reps, warmup=3):
     m, k, n = shape
     rng = np.random.default_rng(0)
@@ -87,8 +96,10 @@ def main():
     exe = os.path.abspath(a.rlx_bin) if a.rlx_bin else bench_binary()
     blas = [(i["internal_api"], i["version"], i.get("architecture")) for i in threadpool_info() if i["user_api"] == "blas"]
     print("NumPy %s, BLAS %s; %d rounds x %d reps, medians" % (np.__version__, blas, a.rounds, a.reps))
-    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS |")
-    print("|---|---|---|---|---|---|---|")
+    peaks = {t: peak_gflops(exe, t) for t in a.threads}
+    print("FMA peak GFLOP/s: %s" % ", ".join("%d thread(s) %.1f" % (t, p) for t, p in peaks.items()))
+    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS | rlx % peak | OpenBLAS % peak |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for threads in a.threads:
         runs = {s: ([], []) for s in shapes}
         for _ in range(a.rounds):
@@ -98,7 +109,8 @@ def main():
                 time.sleep(a.pause)
         for s in shapes:
             r, p = (statistics.median(x) for x in runs[s])
-            print("| %d | %d | %d | %d | %.1f | %.1f | %.2f |" % (*s, threads, r, p, r / p), flush=True)
+            pk = peaks[threads] / 100
+            print("| %d | %d | %d | %d | %.1f | %.1f | %.2f | %.0f | %.0f |" % (*s, threads, r, p, r / p, r / pk, p / pk), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,17 @@
 //! shape with the median time and GFLOP/s (2·m·k·n flops per call).
 //! `tools/bench/gemm.py` runs it beside NumPy's sgemm and prints ratios.
 //!
+//! `--peak` instead measures the FMA peak: a loop of independent register-only FMAs on every
+//! thread at once, in its AVX-512 and AVX2 forms, one JSON line per form.
+//!
+//! `--prepacked` also times each shape with `b` packed once beforehand (a weight, as the CPU
+//! plan does), alternating call by call with the plain product: `"peer": "rlx-prepacked"`.
+//!
 //! Usage: `cargo bench -p rlx-cpu --bench gemm -- [--threads T] [--reps R] [--warmup W]
-//! [--shape M,K,N]...`; without `--threads` rayon's default (`RAYON_NUM_THREADS`) applies,
-//! without `--shape` the shapes of docs/BENCHMARKS.md run.
+//! [--shape M,K,N]... [--peak] [--prepacked]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
+//! applies, without `--shape` the shapes of docs/BENCHMARKS.md run.
 
-use rlx_cpu::kernels::matmul::matmul;
+use rlx_cpu::kernels::matmul::{matmul, matmul_prepacked, prepack};
 use rlx_cpu::view::{In, Out};
 use rlx_ir::DType;
 use std::time::Instant;
@@ -30,12 +36,19 @@ struct Options {
     reps: usize,
     warmup: usize,
     shapes: Vec<[usize; 3]>,
+    peak: bool,
+    prepacked: bool,
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new() };
+    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new(), peak: false, prepacked: false };
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = args.next() {
+        if flag == "--peak" || flag == "--prepacked" {
+            o.peak |= flag == "--peak";
+            o.prepacked |= flag == "--prepacked";
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
@@ -68,24 +81,37 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Median seconds of one `MatMul` call at `[m, k] × [k, n]`.
-fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize) -> Result<f64, String> {
+/// Median seconds of one `MatMul` call at `[m, k] × [k, n]`, and with `prepacked` of one with
+/// `b` packed beforehand (the two alternating call by call).
+fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: bool) -> Result<(f64, Option<f64>), String> {
     let (a, b) = (random(m * k, 1), random(k * n, 2));
     let mut c = vec![0.0f32; m * n];
     let (da, db, dc) = ([m, k], [k, n], [m, n]);
-    let mut times = Vec::with_capacity(reps);
+    let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
+    let packed = prepacked.then(|| prepack(ib));
+    let (mut plain, mut pre) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     for i in 0..warmup + reps {
         let ia = In { dtype: DType::F32, dims: &da, bytes: bytemuck::cast_slice(&a) };
-        let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
         let mut out = Out { dtype: DType::F32, dims: &dc, bytes: bytemuck::cast_slice_mut(&mut c) };
         let t = Instant::now();
         matmul(ia, ib, &mut out)?;
+        let plain_secs = t.elapsed().as_secs_f64();
+        if let Some(p) = &packed {
+            let t = Instant::now();
+            matmul_prepacked(ia, ib, p, &mut out)?;
+            if i >= warmup {
+                pre.push(t.elapsed().as_secs_f64());
+            }
+        }
         if i >= warmup {
-            times.push(t.elapsed().as_secs_f64());
+            plain.push(plain_secs);
         }
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(plain), packed.map(|_| median(pre))))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -96,14 +122,96 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let pool = pool.build()?;
     let threads = pool.current_num_threads();
+    if o.peak {
+        for (form, gflops) in peak::measure(&pool, o.reps) {
+            println!("{{\"peer\": \"peak\", \"form\": \"{form}\", \"threads\": {threads}, \"gflops\": {gflops:.2}}}");
+        }
+        return Ok(());
+    }
     for shape in &o.shapes {
-        let secs = pool.install(|| time_matmul(*shape, o.reps, o.warmup))?;
+        let (secs, pre) = pool.install(|| time_matmul(*shape, o.reps, o.warmup, o.prepacked))?;
         let [m, k, n] = *shape;
-        let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
-        println!(
-            "{{\"peer\": \"rlx\", \"m\": {m}, \"k\": {k}, \"n\": {n}, \"threads\": {threads}, \"median_ms\": {:.4}, \"gflops\": {gflops:.2}}}",
-            secs * 1e3
-        );
+        for (peer, secs) in [("rlx", Some(secs)), ("rlx-prepacked", pre)] {
+            let Some(secs) = secs else { continue };
+            let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
+            println!(
+                "{{\"peer\": \"{peer}\", \"m\": {m}, \"k\": {k}, \"n\": {n}, \"threads\": {threads}, \"median_ms\": {:.4}, \"gflops\": {gflops:.2}}}",
+                secs * 1e3
+            );
+        }
     }
     Ok(())
+}
+
+/// The FMA peak: each thread runs `ACC` independent accumulator chains (more than FMA latency ×
+/// FMA ports, so the chains never wait on each other) for `STEPS` steps, all threads at once.
+mod peak {
+    use std::time::Instant;
+
+    const ACC: usize = 12;
+    const STEPS: usize = 1 << 20;
+
+    /// A form's name, its f32 lanes per FMA, and its loop.
+    type Form = (&'static str, usize, fn() -> f32);
+
+    /// Best GFLOP/s over `reps` short runs (at least 20: the best is the least disturbed by
+    /// other processes) of every form this CPU has, summed over the pool's threads.
+    pub fn measure(pool: &rayon::ThreadPool, reps: usize) -> Vec<(&'static str, f64)> {
+        let mut forms: Vec<Form> = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                forms.push(("avx512", 16, || unsafe { x86::avx512() }));
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                forms.push(("avx2", 8, || unsafe { x86::avx2() }));
+            }
+        }
+        forms
+            .into_iter()
+            .map(|(form, lanes, run)| {
+                let best = (0..reps.max(20))
+                    .map(|_| {
+                        let t = Instant::now();
+                        std::hint::black_box(pool.broadcast(|_| run()));
+                        t.elapsed().as_secs_f64()
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                let flops = (2 * lanes * ACC * STEPS * pool.current_num_threads()) as f64;
+                (form, flops / best / 1e9)
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use super::{ACC, STEPS};
+        use std::arch::x86_64::*;
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn avx512() -> f32 {
+            let (x, y) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+            let mut acc = [_mm512_set1_ps(1.0); ACC];
+            for _ in 0..STEPS {
+                for a in acc.iter_mut() {
+                    *a = _mm512_fmadd_ps(*a, x, y);
+                }
+            }
+            acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn avx2() -> f32 {
+            let (x, y) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+            let mut acc = [_mm256_set1_ps(1.0); ACC];
+            for _ in 0..STEPS {
+                for a in acc.iter_mut() {
+                    *a = _mm256_fmadd_ps(*a, x, y);
+                }
+            }
+            let mut out = [0.0f32; 8];
+            acc.iter().for_each(|&a| _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(a, _mm256_loadu_ps(out.as_ptr()))));
+            out.iter().sum()
+        }
+    }
 }

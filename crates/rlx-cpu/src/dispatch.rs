@@ -32,6 +32,21 @@ pub fn run_in_place(op: &Op, state: &mut Out, ins: &[In], outs: &mut [Out]) -> R
     }
 }
 
+/// The operand of `op` that its kernel can also take pre-packed ([`matmul::PackedB`]) when it
+/// is a 2-D f32 weight: `b` of `MatMul` and `FusedMatMulBiasAct`.
+pub fn packable_operand(op: &Op) -> Option<usize> {
+    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_)).then_some(1)
+}
+
+/// [`run`] with the [`packable_operand`] also given pre-packed ([`matmul::prepack`]).
+pub fn run_prepacked(op: &Op, ins: &[In], packed: &matmul::PackedB, outs: &mut [Out]) -> Result<(), String> {
+    match op {
+        Op::MatMul(_) => matmul::matmul_prepacked(ins[0], ins[1], packed, &mut outs[0]),
+        Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], Some(packed), ins[2], &mut outs[0]),
+        _ => run(op, ins, outs),
+    }
+}
+
 /// Runs `op` on `ins`, writing `outs`. Shapes and dtypes were checked by inference; the
 /// kernel checks only what depends on data (indices, labels, matrix conditions).
 pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
@@ -145,7 +160,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         Op::Mamba2(a) => ssm::mamba2(a, ins, out),
         Op::GatedDeltaNet(a) => ssm::gated_delta_net(a, ins, out, None),
         // fused
-        Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], ins[2], out),
+        Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], None, ins[2], out),
         Op::FusedSwiGLU(a) => fused::swiglu(a.gate_first, ins[0], out),
         Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, out),
         Op::FusedResidualLN(a) => fused::residual_layer_norm(a, ins, out),

@@ -5,8 +5,14 @@
 //! e.g. `KvAppend`) and gets a parameter there writes that parameter's buffer, so the update
 //! persists across runs like a training step's weights; when its output is the state itself
 //! (`dispatch::output_is_state`) consumers read the parameter directly, with no copy.
+//!
+//! Weights: a matmul whose `b` is a 2-D f32 parameter or constant (`dispatch::packable_operand`)
+//! gets it packed for the GEMM once, on first use — per parameter across plans, again only
+//! after `set_param` replaces it; per constant in its plan — and not for few-row products,
+//! which read `b` unpacked. Parameters that a node updates in place are never packed.
 
 use crate::dispatch;
+use crate::kernels::matmul::{self, PackedB};
 use crate::view::{In, Out};
 use rlx_ir::{Graph, NodeId, Op};
 use rlx_opt::memory::{self, Interval};
@@ -22,12 +28,13 @@ enum Slot {
     Const(usize),
 }
 
-/// One kernel call: the node, and the parameter it updates in place (with that parameter's
-/// node, for its dims) when it writes graph state.
+/// One kernel call: the node, the parameter it updates in place (with that parameter's
+/// node, for its dims) when it writes graph state, and the slot of its pre-packed weight.
 #[derive(Clone, Copy)]
 struct Step {
     node: NodeId,
     state: Option<(usize, NodeId)>,
+    weight: Option<Slot>,
 }
 
 /// Everything one concrete set of input shapes needs.
@@ -38,19 +45,24 @@ struct Plan {
     steps: Vec<Step>,
     inputs: Vec<NodeId>,
     consts: Vec<Tensor>,
+    /// Per constant, its packed form once a step has needed it.
+    packed_consts: Vec<Option<PackedB>>,
     arena: Tensor,
 }
 
 pub struct CpuExecutable {
     graph: Graph,
     params: Vec<Option<Tensor>>,
+    /// Per parameter, its packed form once a plan's step has needed it.
+    packed: Vec<Option<PackedB>>,
     plans: HashMap<Vec<Vec<usize>>, Plan>,
 }
 
 impl CpuExecutable {
     pub fn new(graph: Graph) -> CpuExecutable {
         let params = vec![None; graph.params().len()];
-        CpuExecutable { graph, params, plans: HashMap::new() }
+        let packed = (0..params.len()).map(|_| None).collect();
+        CpuExecutable { graph, params, packed, plans: HashMap::new() }
     }
 }
 
@@ -118,7 +130,7 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
         match node.op {
             Op::Input(_) => input_nodes.push(id),
             Op::Param(_) | Op::Constant(_) => {}
-            _ => steps.push(Step { node: id, state }),
+            _ => steps.push(Step { node: id, state, weight: weight_slot(&graph, &slots, id) }),
         }
         for v in &node.inputs {
             if let Some(i) = interval_of[v.node.index()][v.output as usize] {
@@ -133,6 +145,12 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
             intervals[i].last = steps.len();
         }
     }
+    let states: Vec<usize> = steps.iter().filter_map(|s| s.state.map(|(p, _)| p)).collect();
+    for s in &mut steps {
+        if matches!(s.weight, Some(Slot::Param(p)) if states.contains(&p)) {
+            s.weight = None;
+        }
+    }
     let placed = memory::plan(&intervals);
     for (node_slots, ivs) in slots.iter_mut().zip(&interval_of) {
         for ((slot, _), iv) in node_slots.iter_mut().zip(ivs) {
@@ -142,7 +160,21 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
         }
     }
     let arena = Tensor::zeros(rlx_ir::DType::U8, &[placed.size]);
-    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, arena })
+    let packed_consts = (0..consts.len()).map(|_| None).collect();
+    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, arena })
+}
+
+/// The slot of node `id`'s weight to pre-pack: its [`dispatch::packable_operand`] when that is
+/// a 2-D f32 parameter or constant multiplied by an f32 `a` of more than
+/// [`matmul::FEW_ROWS`] rows.
+fn weight_slot(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], id: NodeId) -> Option<Slot> {
+    let node = g.node(id);
+    let (a, b) = (node.inputs.first()?, node.inputs.get(dispatch::packable_operand(&node.op)?)?);
+    let (slot, dims) = &slots[b.node.index()][b.output as usize];
+    let a_dims = &slots[a.node.index()][a.output as usize].1;
+    let rows: usize = a_dims[..a_dims.len().saturating_sub(1)].iter().product();
+    let f32s = g.ty(*a).dtype == rlx_ir::DType::F32 && g.ty(*b).dtype == rlx_ir::DType::F32;
+    (matches!(slot, Slot::Param(_) | Slot::Const(_)) && f32s && dims.len() == 2 && rows > matmul::FEW_ROWS).then_some(*slot)
 }
 
 /// The parameter node `id` updates in place: its first operand, when the op has a state kernel
@@ -174,7 +206,30 @@ impl Plan {
         }
     }
 
-    fn run(&mut self, params: &mut [Option<Tensor>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    /// Packs every weight a step pre-packs that is not packed yet (a parameter whose value is
+    /// not set, or not of its planned size, is left to the kernel).
+    fn prepack(&mut self, params: &[Option<Tensor>], packed: &mut [Option<PackedB>]) {
+        for step in &self.steps {
+            let Some(slot) = step.weight else { continue };
+            let node = self.graph.node(step.node);
+            let Some(b) = dispatch::packable_operand(&node.op).and_then(|i| node.inputs.get(i)) else { continue };
+            let dims = &self.slots[b.node.index()][b.output as usize].1;
+            let (target, bytes) = match slot {
+                Slot::Param(p) => (&mut packed[p], params[p].as_ref().map(Tensor::bytes)),
+                Slot::Const(c) => (&mut self.packed_consts[c], Some(self.consts[c].bytes())),
+                Slot::Arena { .. } => continue,
+            };
+            match bytes {
+                Some(bytes) if target.is_none() && bytes.len() == dims.iter().product::<usize>() * 4 => {
+                    *target = Some(matmul::prepack(In { dtype: rlx_ir::DType::F32, dims, bytes }));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<PackedB>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        self.prepack(params, packed);
         let base = self.arena.bytes_mut().as_mut_ptr();
         for (id, t) in self.inputs.iter().zip(inputs) {
             if let (Slot::Arena { offset, len }, _) = self.slots[id.index()][0] {
@@ -224,7 +279,18 @@ impl Plan {
                     params[p] = Some(t);
                     result.map_err(kernel_error)?;
                 }
-                _ => dispatch::run(&node.op, &ins, &mut outs).map_err(kernel_error)?,
+                _ => {
+                    let weight = match step.weight {
+                        Some(Slot::Param(p)) => packed[p].as_ref(),
+                        Some(Slot::Const(c)) => self.packed_consts[c].as_ref(),
+                        _ => None,
+                    };
+                    match weight {
+                        Some(w) => dispatch::run_prepacked(&node.op, &ins, w, &mut outs),
+                        None => dispatch::run(&node.op, &ins, &mut outs),
+                    }
+                    .map_err(kernel_error)?
+                }
             }
         }
         self.graph
@@ -247,6 +313,7 @@ impl Executable for CpuExecutable {
 
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {
         self.params[index] = Some(value);
+        self.packed[index] = None;
         Ok(())
     }
 
@@ -254,8 +321,8 @@ impl Executable for CpuExecutable {
     /// then joins inside the pool, instead of waking a worker and sleeping on a lock once per
     /// kernel call (measured: a quarter of a decode step went to those hand-offs).
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
-        let (plans, graph, params) = (&mut self.plans, &self.graph, &mut self.params);
-        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, inputs))
+        let (plans, graph, params, packed) = (&mut self.plans, &self.graph, &mut self.params, &mut self.packed);
+        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs))
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {

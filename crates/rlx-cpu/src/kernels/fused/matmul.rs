@@ -2,7 +2,7 @@
 
 use super::{per_act, Scratch};
 use crate::kernels::elementwise::{act, activation, binary, gelu_in_place};
-use crate::kernels::matmul::{self, sgemm_then, Mat, MatMut};
+use crate::kernels::matmul::{self, sgemm_prepacked, sgemm_then, Mat, MatMut, PackedB};
 use crate::kernels::PAR_MIN;
 use crate::view::{In, Out};
 use rayon::prelude::*;
@@ -15,15 +15,20 @@ const ROWS_PER_TASK: usize = 16;
 /// `x [.., M, K]`, `w [K, N]`, `bias [N]`, all one float dtype → `out [.., M, N]`. In f32
 /// with a 2-D weight the bias and activation run inside the GEMM on each finished piece of
 /// the output while it is in cache; otherwise the product is the `MatMul` kernel's and the
-/// epilogue one more pass of row blocks (f32) or the unfused kernels.
-pub fn matmul_bias_act(activation_kind: Option<ActivationKind>, x: In, w: In, bias: In, out: &mut Out) -> Result<(), String> {
+/// epilogue one more pass of row blocks (f32) or the unfused kernels. `packed` is `w`
+/// pre-packed ([`matmul::prepack`]) when it is a weight, used by the f32 2-D path.
+pub fn matmul_bias_act(activation_kind: Option<ActivationKind>, x: In, w: In, packed: Option<&PackedB>, bias: In, out: &mut Out) -> Result<(), String> {
     let n = *out.dims.last().ok_or("the output needs a feature axis")?;
     let all_f32 = [x.dtype, w.dtype, bias.dtype, out.dtype].iter().all(|&d| d == DType::F32);
     if all_f32 && w.dims.len() == 2 && n > 0 {
         let (k, b) = (w.dims[0], bias.get::<f32>());
         let m = out.numel() / n;
         let epilogue = |_row: usize, col0: usize, y: &mut [f32]| add_bias_act(activation_kind, &b[col0..col0 + y.len()], y);
-        return sgemm_then(Mat::row_major(x.get::<f32>(), m, k), Mat::row_major(w.get::<f32>(), k, n), MatMut::row_major(out.get::<f32>(), m, n), false, true, &epilogue);
+        let (x, w, y) = (Mat::row_major(x.get::<f32>(), m, k), Mat::row_major(w.get::<f32>(), k, n), MatMut::row_major(out.get::<f32>(), m, n));
+        return match packed {
+            Some(p) => sgemm_prepacked(x, w, p, y, false, true, Some(&epilogue)),
+            None => sgemm_then(x, w, y, false, true, &epilogue),
+        };
     }
     matmul::matmul(x, w, out)?;
     if out.dtype != DType::F32 || n == 0 {

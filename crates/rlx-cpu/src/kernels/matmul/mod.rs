@@ -3,10 +3,12 @@
 //! floats widened as they are packed and accumulated in f32; f64 and c32 on the `gemm` crate;
 //! integers on a wrapping i64-accumulating loop.
 
+mod rows;
 mod sgemm;
 mod tile;
 
-pub use sgemm::{sgemm, sgemm_then, sgemm_with, Element, Epilogue, Mat, MatMut, PAR_FLOPS};
+pub use rows::FEW_ROWS;
+pub use sgemm::{sgemm, sgemm_prepacked, sgemm_then, sgemm_with, Element, Epilogue, Mat, MatMut, PackedB, PAR_FLOPS};
 pub use tile::Tile;
 
 use super::real::Real;
@@ -214,6 +216,23 @@ int_io!(I8 => i8, U8 => u8, I16 => i16, I32 => i32, I64 => i64, U32 => u32);
 /// has the dtype of `a`.
 pub fn matmul(a: In, b: In, out: &mut Out) -> Result<(), String> {
     Gemm::of_matmul(a.dims, b.dims, out.dims).dispatch(a, b, out)
+}
+
+/// Packs a 2-D f32 weight `b [k, n]` once for [`matmul_prepacked`] and the fused matmul.
+pub fn prepack(b: In) -> PackedB {
+    PackedB::new(Mat::row_major(b.get::<f32>(), b.dims[0], b.dims[1]))
+}
+
+/// [`matmul`] with `b`, a 2-D f32 weight, also given pre-packed in `packed` ([`prepack`]);
+/// other operands take [`matmul`].
+pub fn matmul_prepacked(a: In, b: In, packed: &PackedB, out: &mut Out) -> Result<(), String> {
+    let g = Gemm::of_matmul(a.dims, b.dims, out.dims);
+    if a.dtype != DType::F32 || b.dtype != DType::F32 || out.dtype != DType::F32 || b.dims.len() != 2 || g.batches != [(0, 0, 0)] {
+        return matmul(a, b, out);
+    }
+    let (m, k, n) = (g.m, g.k, g.n);
+    let (a, b) = (Mat::row_major(a.get::<f32>(), m, k), Mat::row_major(b.get::<f32>(), k, n));
+    sgemm_prepacked(a, b, packed, MatMut::row_major(out.get::<f32>(), m, n), false, true, None)
 }
 
 /// Copies `x` with its axes reordered: output axis `i` is input axis `perm[i]`.

@@ -7,7 +7,9 @@
 //! block); then each task — a block of rows × at most `NC` columns — packs its columns of `b`
 //! into `nr`-column panels (a `kc × NC` block that stays in L2) and runs the tile kernel over
 //! its row panels × column panels. Tasks run on rayon when the product is large enough.
+//! Products with few rows of `a` skip packing ([`rows`](super::rows)).
 
+use super::rows::few_rows;
 use super::tile::{Tile, MAX_TILE};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -103,7 +105,8 @@ pub type Epilogue<'e> = &'e (dyn Fn(usize, usize, &mut [f32]) + Sync);
 
 /// `c = a·b`, or `c += a·b` with `accumulate`: `a [m, k]`, `b [k, n]`, `c [m, n]`, each read
 /// or written through its strides (a transposed operand needs no copy); f16 and bf16
-/// operands are widened as they are packed, and accumulation is f32 in the order of `k`.
+/// operands are widened as they are packed, and accumulation is f32 (in the order of `k`,
+/// except on the few-rows path's dot products over a transposed `b`).
 /// With `parallel` a large product is split over the current rayon pool (callers already
 /// splitting work over threads pass `false`). Errors name the mismatch when the shapes
 /// disagree, a slice is too short for its geometry, or `c`'s row stride is below its width.
@@ -123,6 +126,82 @@ pub fn sgemm_with<A: Element, B: Element>(
     a: Mat<A>,
     b: Mat<B>,
     c: MatMut,
+    accumulate: bool,
+    parallel: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<(), String> {
+    product(tile, a, b, None, c, accumulate, parallel, epilogue)
+}
+
+/// [`sgemm`] with an optional epilogue, reading `b`'s panels from `packed` (made from this
+/// `b`) instead of packing them; products with few rows of `a` read `b` itself.
+pub fn sgemm_prepacked<A: Element>(
+    a: Mat<A>,
+    b: Mat<f32>,
+    packed: &PackedB,
+    c: MatMut,
+    accumulate: bool,
+    parallel: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<(), String> {
+    if (packed.k, packed.n) != (b.rows, b.cols) {
+        return Err(format!("sgemm: b packed as [{}, {}] is [{}, {}]", packed.k, packed.n, b.rows, b.cols));
+    }
+    product(packed.tile, a, b, Some(packed), c, accumulate, parallel, epilogue)
+}
+
+/// `b` packed once into the column panels of a tile's kernel, for a `b` that many products
+/// read (a weight): [`sgemm_prepacked`] then skips packing it on every call.
+pub struct PackedB {
+    tile: Tile,
+    k: usize,
+    n: usize,
+    /// Per block of the inner dimension (as [`inner_block`] cuts it), `⌈n / nr⌉` panels of
+    /// `kc × nr` floats, laid out as [`pack_b`] writes them.
+    data: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs `b` for the fastest tile this CPU has.
+    pub fn new<B: Element>(b: Mat<B>) -> PackedB {
+        PackedB::with_tile(Tile::best(), b)
+    }
+
+    /// Packs `b` for `tile`.
+    pub fn with_tile<B: Element>(tile: Tile, b: Mat<B>) -> PackedB {
+        let (k, n, nr) = (b.rows, b.cols, tile.nr);
+        let width = n.div_ceil(nr) * nr;
+        let mut data = vec![0.0f32; k * width];
+        let block = inner_block(k);
+        for p0 in (0..k).step_by(block) {
+            let kc = block.min(k - p0);
+            for (j, panel) in data[p0 * width..(p0 + kc) * width].chunks_exact_mut(kc * nr).enumerate() {
+                pack_b(&b, p0, j * nr, nr, panel);
+            }
+        }
+        PackedB { tile, k, n, data }
+    }
+
+    /// The panels of column tiles `cols` in the block of `kc` steps from `p0`.
+    fn panels(&self, p0: usize, kc: usize, cols: &std::ops::Range<usize>) -> &[f32] {
+        let (nr, at) = (self.tile.nr, p0 * self.n.div_ceil(self.tile.nr) * self.tile.nr);
+        &self.data[at + cols.start * kc * nr..at + cols.end * kc * nr]
+    }
+}
+
+/// Steps of the inner dimension per packed block: `k` cut into equal blocks of at most `KC`.
+fn inner_block(k: usize) -> usize {
+    k.div_ceil(k.div_ceil(KC).max(1)).max(1)
+}
+
+/// The product on `tile`, with `b`'s panels from `packed` when given.
+#[allow(clippy::too_many_arguments)]
+fn product<A: Element, B: Element>(
+    tile: Tile,
+    a: Mat<A>,
+    b: Mat<B>,
+    packed: Option<&PackedB>,
+    mut c: MatMut,
     accumulate: bool,
     parallel: bool,
     epilogue: Option<Epilogue>,
@@ -151,10 +230,13 @@ pub fn sgemm_with<A: Element, B: Element>(
         }
         return Ok(());
     }
+    if few_rows(tile, &a, &b, &mut c, accumulate, parallel, epilogue).is_some() {
+        return Ok(());
+    }
     let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
     let plan = Plan::new(tile, m, n, threads);
     let out = OutPtr(c.data.as_mut_ptr());
-    let block = k.div_ceil(k.div_ceil(KC));
+    let block = inner_block(k);
     with_buffer(&PACKED_A, m.div_ceil(tile.mr) * tile.mr * block, |packed_a| {
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
@@ -166,7 +248,7 @@ pub fn sgemm_with<A: Element, B: Element>(
                 panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             }
             let last = (p0 + kc == k).then_some(epilogue).flatten();
-            let step = Step { tile, a: panels, b: &b, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
+            let step = Step { tile, a: panels, b: &b, packed, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
             let task = |t: usize| {
                 // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
                 // addressed element (checked above) and overlaps neither operand (`&mut`).
@@ -183,9 +265,15 @@ pub fn sgemm_with<A: Element, B: Element>(
 }
 
 /// The output's base pointer, shared by tasks that write disjoint blocks.
-struct OutPtr(*mut f32);
+pub(super) struct OutPtr(pub(super) *mut f32);
 // Safety: tasks only write disjoint tiles through it (see `sgemm_with`).
 unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    pub(super) fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
 
 /// How the output is split into tasks: row blocks of `rows` tiles × column blocks of `cols`
 /// tiles, column blocks outermost.
@@ -233,11 +321,12 @@ impl Plan {
     }
 }
 
-/// One `KC` step of the product: packed panels of `a` and the unpacked `b`.
+/// One `KC` step of the product: packed panels of `a`, and `b` unpacked or pre-packed.
 struct Step<'s, B> {
     tile: Tile,
     a: &'s [f32],
     b: &'s Mat<'s, B>,
+    packed: Option<&'s PackedB>,
     p0: usize,
     kc: usize,
     m: usize,
@@ -249,44 +338,56 @@ struct Step<'s, B> {
 }
 
 impl<B: Element> Step<'_, B> {
-    /// Packs this block's columns of `b` and runs the tiles of rows × cols.
+    /// Packs this block's columns of `b` (unless pre-packed) and runs the tiles of rows × cols.
     ///
     /// # Safety
     /// `out` addresses an `m × n` matrix of row stride `ld` that no other thread touches
     /// inside this block.
     unsafe fn run(&self, (rows, cols): (std::ops::Range<usize>, std::ops::Range<usize>), out: &OutPtr) {
-        let Tile { mr, nr, .. } = self.tile;
-        let (kc, panel_a, panel_b) = (self.kc, mr * self.kc, nr * self.kc);
+        let panel_b = self.tile.nr * self.kc;
+        if let Some(p) = self.packed {
+            return self.tiles(rows, cols.clone(), p.panels(self.p0, self.kc, &cols), out);
+        }
         with_buffer(&PACKED_B, cols.len() * panel_b, |packed_b| {
             for (j, panel) in cols.clone().zip(packed_b.chunks_exact_mut(panel_b)) {
-                pack_b(self.b, self.p0, j * nr, nr, panel);
+                pack_b(self.b, self.p0, j * self.tile.nr, self.tile.nr, panel);
             }
-            let mut scratch = [0.0f32; MAX_TILE];
-            for i in rows {
-                let a = self.a[i * panel_a..].as_ptr();
-                let (r0, h) = (i * mr, mr.min(self.m - i * mr));
-                for (j, b) in cols.clone().zip(packed_b.chunks_exact(panel_b)) {
-                    let (c0, w) = (j * nr, nr.min(self.n - j * nr));
-                    let c = out.0.add(r0 * self.ld + c0);
-                    if h == mr && w == nr {
-                        self.tile.run(kc, a, b.as_ptr(), c, self.ld, self.add);
-                    } else {
-                        self.tile.run(kc, a, b.as_ptr(), scratch.as_mut_ptr(), nr, false);
-                        for (r, part) in scratch.chunks_exact(nr).take(h).enumerate() {
-                            let row = std::slice::from_raw_parts_mut(c.add(r * self.ld), w);
-                            for (o, &v) in row.iter_mut().zip(part) {
-                                *o = if self.add { *o + v } else { v };
-                            }
-                        }
-                    }
-                    if let Some(f) = self.epilogue {
-                        for r in 0..h {
-                            f(r0 + r, c0, std::slice::from_raw_parts_mut(c.add(r * self.ld), w));
+            self.tiles(rows, cols, packed_b, out)
+        });
+    }
+
+    /// Runs the tiles of rows × cols over `packed_b`, the panels of `cols`.
+    ///
+    /// # Safety
+    /// As [`Step::run`].
+    unsafe fn tiles(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, packed_b: &[f32], out: &OutPtr) {
+        let Tile { mr, nr, .. } = self.tile;
+        let (kc, panel_a, panel_b) = (self.kc, mr * self.kc, nr * self.kc);
+        let mut scratch = [0.0f32; MAX_TILE];
+        for i in rows {
+            let a = self.a[i * panel_a..].as_ptr();
+            let (r0, h) = (i * mr, mr.min(self.m - i * mr));
+            for (j, b) in cols.clone().zip(packed_b.chunks_exact(panel_b)) {
+                let (c0, w) = (j * nr, nr.min(self.n - j * nr));
+                let c = out.0.add(r0 * self.ld + c0);
+                if h == mr && w == nr {
+                    self.tile.run(kc, a, b.as_ptr(), c, self.ld, self.add);
+                } else {
+                    self.tile.run(kc, a, b.as_ptr(), scratch.as_mut_ptr(), nr, false);
+                    for (r, part) in scratch.chunks_exact(nr).take(h).enumerate() {
+                        let row = std::slice::from_raw_parts_mut(c.add(r * self.ld), w);
+                        for (o, &v) in row.iter_mut().zip(part) {
+                            *o = if self.add { *o + v } else { v };
                         }
                     }
                 }
+                if let Some(f) = self.epilogue {
+                    for r in 0..h {
+                        f(r0 + r, c0, std::slice::from_raw_parts_mut(c.add(r * self.ld), w));
+                    }
+                }
             }
-        });
+        }
     }
 }
 

@@ -200,3 +200,78 @@ fn epilogue_sees_each_finished_element_once() {
         }
     }
 }
+
+#[test]
+fn few_rows_match_f64_for_both_layouts_of_b_with_accumulate_and_epilogue_up_to_the_packed_path() {
+    let ks = [1, 7, 63, 129, 1000];
+    let ns = [1, 7, 63, 129, 1000];
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            pool(threads).install(|| {
+                for m in 1..=9 {
+                    for (&k, &n) in ks.iter().flat_map(|k| ns.iter().map(move |n| (k, n))) {
+                        let (ldb, ldbt, ldc) = (n + 3, k + 5, n + 2);
+                        let (av, bv, btv) = (random(m * (k + 1), (m * 7 + k) as u64), random(k * ldb, n as u64), random(n * ldbt, (n + k) as u64));
+                        // `a` with row stride k + 1; `b` row-major and `bt` column-major, both padded.
+                        let a = Mat { data: &av, rows: m, cols: k, strides: [k + 1, 1] };
+                        let layouts = [Mat { data: &bv, rows: k, cols: n, strides: [ldb, 1] }, Mat { data: &btv, rows: k, cols: n, strides: [1, ldbt] }];
+                        let bias = random(n, 9);
+                        let shift = |_: usize, c0: usize, v: &mut [f32]| v.iter_mut().zip(&bias[c0..]).for_each(|(x, &b)| *x = (*x + b).max(0.0));
+                        for b in layouts {
+                            for accumulate in [false, true] {
+                                let start = random(m * ldc, 5);
+                                let mut c = start.clone();
+                                sgemm_with(tile, a, b, MatMut { data: &mut c, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
+                                let mut want = reference(&a, &b);
+                                for (i, w) in want.iter_mut().enumerate() {
+                                    let (r, j) = (i / n, i % n);
+                                    let base = if accumulate { start[r * ldc + j] as f64 } else { 0.0 };
+                                    *w = (*w + base + bias[j] as f64).max(0.0);
+                                }
+                                let what = format!("{} m={m} b strides {:?} accumulate={accumulate} on {threads} threads", tile.name, b.strides);
+                                check(&c, ldc, &want, m, n, k, &what);
+                                for r in 0..m {
+                                    assert_eq!(&c[r * ldc + n..(r + 1) * ldc], &start[r * ldc + n..(r + 1) * ldc], "{what}: padding written");
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[test]
+fn prepacked_b_gives_the_unpacked_results_bit_for_bit() {
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            pool(threads).install(|| {
+                for &[m, k, n] in &[[6, 7, 1], [63, 500, 129], [129, 63, 1000], [5, 1000, 63], [2, 129, 7]] {
+                    let (ldb, ldc) = (n + 3, n + 1);
+                    let (av, bv) = (random(m * k, (m + k) as u64), random(k * ldb, (k + n) as u64));
+                    let (a, b) = (Mat::row_major(&av, m, k), Mat { data: &bv, rows: k, cols: n, strides: [ldb, 1] });
+                    let packed = PackedB::with_tile(tile, b);
+                    let bias = random(n, 7);
+                    let shift = |_: usize, c0: usize, v: &mut [f32]| v.iter_mut().zip(&bias[c0..]).for_each(|(x, &b)| *x -= b);
+                    for accumulate in [false, true] {
+                        let start = random(m * ldc, 8);
+                        let (mut want, mut got) = (start.clone(), start.clone());
+                        sgemm_with(tile, a, b, MatMut { data: &mut want, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
+                        sgemm_prepacked(a, b, &packed, MatMut { data: &mut got, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
+                        assert_eq!(got, want, "{} [{m}, {k}] × [{k}, {n}] accumulate={accumulate} on {threads} threads", tile.name);
+                        if !accumulate {
+                            let reference: Vec<f64> = reference(&a, &b).iter().enumerate().map(|(i, &v)| v - bias[i % n] as f64).collect();
+                            check(&got, ldc, &reference, m, n, k, tile.name);
+                        }
+                    }
+                }
+            });
+        }
+    }
+    let bv = random(12, 1);
+    let packed = PackedB::new(Mat::row_major(&bv, 3, 4));
+    let (av, mut c) = (random(6, 2), vec![0.0; 8]);
+    let e = sgemm_prepacked(Mat::row_major(&av, 2, 3), Mat::row_major(&bv, 4, 3), &packed, MatMut::row_major(&mut c, 2, 3), false, false, None);
+    assert!(e.unwrap_err().contains("packed as [3, 4]"));
+}

@@ -1,11 +1,13 @@
 //! Register tiles of the f32 GEMM: `c[MR × NR] (+)= a_panel · b_panel` over `kc` steps, the
 //! accumulators held in registers for the whole sweep. One portable kernel and, on x86-64,
 //! AVX2+FMA (6 × 16, twelve ymm accumulators) and AVX-512F (12 × 32, twenty-four zmm
-//! accumulators) kernels picked at run time.
+//! accumulators) kernels picked at run time, each with the same instruction set's few-rows
+//! kernels ([`rows`](super::rows)).
 
+use super::rows::{self, Rows};
 use std::sync::OnceLock;
 
-/// A micro-kernel and the tile it computes.
+/// A micro-kernel and the tile it computes, with the few-rows kernels of its instruction set.
 ///
 /// Contract of `kernel(kc, a, b, c, ldc, add)`: `a` holds `kc × mr` floats, step `p`'s column
 /// of the tile at `a[p·mr .. p·mr + mr]`; `b` holds `kc × nr` floats, step `p`'s row at
@@ -18,6 +20,10 @@ pub struct Tile {
     pub nr: usize,
     pub name: &'static str,
     kernel: unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool),
+    /// Few rows of `a` × a row-major `b`.
+    pub(super) axpy: Rows,
+    /// Few rows of `a` × a `b` with contiguous columns.
+    pub(super) dot: Rows,
 }
 
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
@@ -36,7 +42,7 @@ impl Tile {
 
     /// The portable kernel (the reference the SIMD kernels are tested against).
     pub fn portable() -> Tile {
-        Tile { mr: 4, nr: 8, name: "portable 4×8", kernel: portable::<4, 8> }
+        Tile { mr: 4, nr: 8, name: "portable 4×8", kernel: portable::<4, 8>, axpy: rows::portable_axpy, dot: rows::portable_dot }
     }
 
     /// Every kernel this CPU can run, fastest first.
@@ -45,10 +51,10 @@ impl Tile {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                tiles.push(Tile { mr: 12, nr: 32, name: "avx512 12×32", kernel: x86::avx512::<12> });
+                tiles.push(Tile { mr: 12, nr: 32, name: "avx512 12×32", kernel: x86::avx512::<12>, axpy: rows::avx512::axpy, dot: rows::avx512::dot });
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                tiles.push(Tile { mr: 6, nr: 16, name: "avx2 6×16", kernel: x86::avx2::<6> });
+                tiles.push(Tile { mr: 6, nr: 16, name: "avx2 6×16", kernel: x86::avx2::<6>, axpy: rows::avx2::axpy, dot: rows::avx2::dot });
             }
         }
         tiles.push(Tile::portable());

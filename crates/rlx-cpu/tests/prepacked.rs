@@ -1,0 +1,73 @@
+//! Weights packed once per compiled graph: `MatMul` and the fused matmul + bias + activation
+//! against a float64 product written here, with the weight a parameter (before and after
+//! `set_param` replaces it) and a constant.
+
+mod common;
+
+use common::{randn, session};
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
+use rlx_ir::{DType, Graph, TensorType};
+use rlx_runtime::Tensor;
+
+/// Rows of `x` (above the few-rows path), inner dimension (two packed blocks) and widths.
+const ROWS: usize = 60;
+const K: usize = 500;
+const N: usize = 45;
+const NC: usize = 33;
+
+/// `x [m, k] · w [k, n]` in float64.
+fn product(x: &[f32], w: &[f32], k: usize, n: usize) -> Vec<f64> {
+    let m = x.len() / k;
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            out[i * n + j] = (0..k).map(|p| f64::from(x[i * k + p]) * f64::from(w[p * n + j])).sum();
+        }
+    }
+    out
+}
+
+fn assert_near(got: &Tensor, want: &[f64], what: &str) {
+    let got = got.to_vec::<f32>().unwrap();
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!((f64::from(g) - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: [{i}] = {g}, want {w}");
+    }
+}
+
+#[test]
+fn packed_weights_follow_set_param_and_constants() {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::of(DType::F32, &[3, ROWS / 3, K]));
+    // A second input, so that common-subexpression elimination keeps two products of `w`.
+    let z = g.input("z", TensorType::of(DType::F32, &[ROWS, K]));
+    let w = g.param("w", TensorType::of(DType::F32, &[K, N]));
+    let b = g.param("b", TensorType::of(DType::F32, &[N]));
+    let wc_values = randn(K * NC, 3);
+    let wc = g.constant_f32(&[K, NC], &wc_values).unwrap();
+    let plain = g.matmul(x, w).unwrap();
+    let zw = g.matmul(z, w).unwrap();
+    let biased = g.binary(BinaryOp::Add, zw, b).unwrap();
+    let fused = g.activation(ActivationKind::Relu, biased).unwrap();
+    let constant = g.matmul(x, wc).unwrap();
+    g.set_outputs(vec![plain, fused, constant]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let bias = randn(N, 4);
+    c.set_param("b", Tensor::from_vec(bias.clone(), &[N]).unwrap()).unwrap();
+    let xs = randn(ROWS * K, 5);
+    let xt = Tensor::from_vec(xs.clone(), &[3, ROWS / 3, K]).unwrap();
+    let zs = randn(ROWS * K, 6);
+    let zt = Tensor::from_vec(zs.clone(), &[ROWS, K]).unwrap();
+    for round in 0..3u64 {
+        // Rounds 0 and 1 share a weight (the packed one is reused); round 2 replaces it.
+        let ws = randn(K * N, 10 + round / 2);
+        if round != 1 {
+            c.set_param("w", Tensor::from_vec(ws.clone(), &[K, N]).unwrap()).unwrap();
+        }
+        let out = c.run(&[("x", &xt), ("z", &zt)]).unwrap();
+        assert_near(&out[0], &product(&xs, &ws, K, N), &format!("MatMul, round {round}"));
+        let relu: Vec<f64> = product(&zs, &ws, K, N).iter().enumerate().map(|(i, &v)| (v + f64::from(bias[i % N])).max(0.0)).collect();
+        assert_near(&out[1], &relu, &format!("MatMul + bias + ReLU, round {round}"));
+        assert_near(&out[2], &product(&xs, &wc_values, K, NC), &format!("constant weight, round {round}"));
+    }
+}
