@@ -4,8 +4,8 @@
 //! Layouts (per tensor, see [`Heads`]): rank 4 is head-major `[B, H, S, D]`, rank 3 is
 //! `[B, S, H·D]` with head `h` at columns `[h·D, (h+1)·D)`, rank 2 is `[S, H·D]` (`B = 1`).
 //! F32 and F64 compute in their own precision (F16/BF16 go through F32, as OPS.md computes
-//! scores and softmax in F32). F32 scores and weighted sums are GEMM tiles (`tiled.rs`); F64
-//! keeps scalar dot products.
+//! scores and softmax in F32). F32 scores and weighted sums are register tiles (`tiled.rs`,
+//! `micro.rs`); F64 keeps scalar dot products.
 //!
 //! Masking: `Causal` and `SlidingWindow(w)` align the queries with the last keys
 //! (`abs_q = S_k − S_q + qi`); `Custom` keeps keys whose mask value is ≥ 0.5 (Bool: true);
@@ -288,7 +288,7 @@ fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Hea
     (layouts, mask, logits)
 }
 
-/// The scalar forward kernel over typed slices (f64; f32 runs on GEMM tiles in `tiled.rs`).
+/// The scalar forward kernel over typed slices (f64; f32 runs on register tiles in `tiled.rs`).
 fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
     let ((lq, lk, lv, lo), mask, logits) = setup::<T>(a, ins, out.dims);
     let (bsz, heads, s_q, s_k) = (lq.batch, a.num_heads, lq.seq, lk.seq);
@@ -322,7 +322,7 @@ fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
 /// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`; any of the three
 /// layouts, `S_k ≠ S_q`, `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
 /// softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads × query blocks.
-/// F32 (and the half floats, widened) runs on GEMM tiles, F64 on scalar dot products.
+/// F32 (and the half floats, widened) runs on register tiles, F64 on scalar dot products.
 pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
     through_f32(ins, outs, |ins, outs| match ins[0].dtype {
         DType::F32 => {

@@ -76,14 +76,13 @@ struct Softmax {
     sum: [f32; QB],
 }
 
-/// The larger of `m` and `x`, NaN once either is.
+/// The larger of `m` and `x`, skipping a NaN (`maxnum`: a plain value, where a compare and
+/// select here became a masked store to the running maxima). A NaN logit needs no sticky
+/// maximum: its weight `e^(NaN − shift)` is NaN whatever the shift, and so are the sums and
+/// output rows it reaches.
 #[inline(always)]
-fn nan_max(m: f32, x: f32) -> f32 {
-    if x > m || x.is_nan() {
-        x
-    } else {
-        m
-    }
+fn max(m: f32, x: f32) -> f32 {
+    m.max(x)
 }
 
 impl Softmax {
@@ -91,7 +90,7 @@ impl Softmax {
     /// and output were rescaled by, and the shift for the tile's weights.
     #[inline(always)]
     fn fold(&mut self, i: usize, tile_max: f32) -> (f32, f32) {
-        let (old, new) = (self.max[i], nan_max(self.max[i], tile_max));
+        let (old, new) = (self.max[i], max(self.max[i], tile_max));
         let corr = if old == NEG_INF { 0.0 } else { exp_neg(old - new) };
         self.sum[i] *= corr;
         self.max[i] = new;
@@ -126,8 +125,8 @@ fn block_generic(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
         sc.qt.clear();
         sc.qt.resize(d * QB, 0.0);
         for i in 0..nq {
-            for (p, &x) in hd.q.row(q0 + i).iter().enumerate() {
-                sc.qt[p * QB + i] = x;
+            for (lanes, &x) in sc.qt.chunks_exact_mut(QB).zip(hd.q.row(q0 + i)) {
+                lanes[i] = x;
             }
         }
     }
@@ -177,12 +176,12 @@ fn lane_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, 
         } else if full {
             for (x, m) in row.iter_mut().zip(&mut tile_max) {
                 *x *= scale;
-                *m = nan_max(*m, *x);
+                *m = max(*m, *x);
             }
         } else {
             for (i, (x, m)) in row.iter_mut().zip(&mut tile_max).enumerate() {
                 *x = if kj >= lo[i] && kj < hi[i] { *x * scale } else { NEG_INF };
-                *m = nan_max(*m, *x);
+                *m = max(*m, *x);
             }
         }
     }
@@ -232,7 +231,7 @@ fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, u
         let mut tile_max = NEG_INF;
         for j in own.clone() {
             s[j] = if hd.mask.kept(hd.b, t0 + j) { s[j] * scale } else { NEG_INF };
-            tile_max = nan_max(tile_max, s[j]);
+            tile_max = max(tile_max, s[j]);
         }
         let (corr, shift) = st.fold(i, tile_max);
         let acc = &mut sc.acc[i * dv..][..dv];

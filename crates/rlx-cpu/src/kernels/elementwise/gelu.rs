@@ -1,6 +1,6 @@
 //! f32 GELU, `x·Φ(x) = ½x·(1 + erf(x/√2))`, as branch-free arithmetic the compiler
-//! vectorises (8 lanes under AVX2 + FMA, picked at run time), instead of a libm `erff` call
-//! per element. Absolute error below 3e-7·max(1, |x|) against the float64 formula.
+//! vectorises (16 lanes under AVX-512, 8 under AVX2 + FMA, picked at run time), instead of a
+//! libm `erff` call per element. Absolute error below 3e-7·max(1, |x|) against the float64 formula.
 //!
 //! One formula covers every `x`: `Φ(−|x|) = ½·erfc(|x|/√2)` by the Chebyshev fit of Numerical
 //! Recipes' `erfcc` (`t·e^(−z² + P(t))`, `t = 1/(1 + z/2)`, relative error 1.2e-7 for all
@@ -48,8 +48,19 @@ unsafe fn gelu_slice_avx2(y: &mut [f32]) {
     gelu_slice_generic(y)
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn gelu_slice_avx512(y: &mut [f32]) {
+    gelu_slice_generic(y)
+}
+
 /// `y[i] ← gelu(y[i])` in place.
 pub fn gelu_in_place(y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+        // Safety: the CPU has the features the function is compiled for.
+        return unsafe { gelu_slice_avx512(y) };
+    }
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // Safety: the CPU has the features the function is compiled for.
