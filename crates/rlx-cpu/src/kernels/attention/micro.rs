@@ -127,24 +127,27 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
     }
 }
 
-/// `Σ a_i·b_i` in 16 interleaved fused partial sums, added pairwise, then the remainder.
+/// Keys scored at once by [`dots`] (independent accumulation chains).
+const DOT_KEYS: usize = 8;
+
+/// `s[j] = Σ_p q[p]·k_j[p]` for the keys `j` in `keys`, each summed in order of `p` with fused
+/// multiply-adds: the same rounding as [`logits`] gives a query in a lane, so a query scores
+/// the same alone (decode) as in a block (prefill).
 #[inline(always)]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const W: usize = 16;
-    let mut acc = [0f32; W];
-    let (ca, cb) = (a.chunks_exact(W), b.chunks_exact(W));
-    let tail = ca.remainder().iter().zip(cb.remainder()).fold(0.0, |s: f32, (&x, &y)| x.mul_add(y, s));
-    for (xa, xb) in ca.zip(cb) {
-        for i in 0..W {
-            acc[i] = xa[i].mul_add(xb[i], acc[i]);
+pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
+    let mut j = keys.start;
+    while j + DOT_KEYS <= keys.end {
+        let rows: [&[f32]; DOT_KEYS] = std::array::from_fn(|r| k.row(j + r));
+        let mut acc = [0f32; DOT_KEYS];
+        for (p, &x) in q.iter().enumerate() {
+            for r in 0..DOT_KEYS {
+                acc[r] = rows[r][p].mul_add(x, acc[r]);
+            }
         }
+        s[j..j + DOT_KEYS].copy_from_slice(&acc);
+        j += DOT_KEYS;
     }
-    let mut w = W / 2;
-    while w > 0 {
-        for i in 0..w {
-            acc[i] += acc[i + w];
-        }
-        w /= 2;
+    for j in j..keys.end {
+        s[j] = k.row(j).iter().zip(q).fold(0.0, |a, (&y, &x)| y.mul_add(x, a));
     }
-    tail + acc[0]
 }

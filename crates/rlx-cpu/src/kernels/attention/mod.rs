@@ -515,6 +515,21 @@ mod tests {
     }
 
     #[test]
+    fn f32_kv_cache_with_hidden_slots_matches_the_f64_kernel() {
+        // A decoder's cache: [1, H, capacity, 64] keys and values, an additive [S, capacity]
+        // mask of 0 on visible slots and −1e9 on hidden ones; prompts (lane and few-query
+        // blocks) and single decode steps.
+        let (h, cap, d) = (3, 64, 64);
+        for (sq, pos) in [(11, 0), (6, 0), (1, 11), (1, 40)] {
+            let mask: Vec<f64> = (0..sq * cap).map(|n| if n % cap <= pos + n / cap { 0.0 } else { -1e9 }).collect();
+            let q: Vec<f64> = data(h * sq * d, 1).iter().map(|x| 3.0 * x).collect();
+            let dims: [&[usize]; 3] = [&[1, h, sq, d], &[1, h, cap, d], &[1, h, cap, d]];
+            let (y64, y32) = both_on(&Attention::new(h, d, MaskKind::Bias), dims, [q, data(h * cap * d, 2), data(h * cap * d, 3)], Some((&[sq, cap], mask)));
+            assert_f32_close(&y64, &y32, &format!("{sq} queries at {pos}"));
+        }
+    }
+
+    #[test]
     fn f32_tiles_match_the_f64_kernel_on_odd_sizes_and_every_mask() {
         // 129 queries and 257 keys cross the query-block and key-tile edges; d = 7, dv = 5.
         let (b, h, sq, sk, d, dv) = (2, 3, 129, 257, 7, 5);

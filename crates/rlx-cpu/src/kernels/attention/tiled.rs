@@ -2,13 +2,14 @@
 //! block of queries, the logits of one key tile come straight from the key rows against the
 //! block's queries stored lane-wise, the online softmax rescales the block's running output,
 //! and `P·V` is added straight from the value rows (`micro.rs`); no key tile is packed.
-//! Blocks of a few queries (decode) instead take dot products over contiguous key rows.
+//! Blocks of a few queries (decode) instead take dot products over contiguous key rows, in
+//! the same order of operations per query, so a query's output is the same bits in either.
 //! Memory stays at one block × tile of logits, whatever the sequence length. Same results
 //! as the scalar kernel in `mod.rs` (which f64 keeps) up to f32 summation order.
 
 use super::micro::{self, Rows, LANES};
 use super::{mean_rows, Heads, Logits, Masking};
-use crate::kernels::elementwise::{exp_neg, exp_shifted};
+use crate::kernels::elementwise::exp_neg;
 use crate::view::Out;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -208,7 +209,8 @@ fn lane_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, 
 }
 
 /// One key tile `[t0, t0 + nk)` for a block of a few queries, one query at a time: logits
-/// as dot products with the key rows, then the same steps as [`lane_tile`] on a row.
+/// as dot products with the key rows, then the same steps as [`lane_tile`] on a row, summed
+/// in the same order.
 #[inline(always)]
 fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, usize), st: &mut Softmax, sc: &mut Scratch) {
     let (keys, values, dv) = (Head::from(hd.k, t0), Head::from(hd.v, t0), hd.v.width);
@@ -220,9 +222,7 @@ fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, u
         }
         let q = hd.q.row(q0 + i);
         let s = &mut sc.scores[i * KT..][..nk];
-        for j in own.clone() {
-            s[j] = micro::dot(q, keys.row(j));
-        }
+        micro::dots(q, keys, own.clone(), s);
         if hd.special() {
             for j in own.clone() {
                 s[j] = hd.logits.apply(s[j]) + hd.mask.bias(hd.b, hd.h, q0 + i, t0 + j);
@@ -238,7 +238,12 @@ fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, u
         if corr != 1.0 {
             acc.iter_mut().for_each(|a| *a *= corr);
         }
-        st.sum[i] += exp_shifted(&mut s[own.clone()], shift);
+        let mut tile_sum = 0.0;
+        for x in &mut s[own.clone()] {
+            *x = exp_neg(*x - shift);
+            tile_sum += *x;
+        }
+        st.sum[i] += tile_sum;
         micro::weighted_values(s, 1, values, 0..1, |_| own.clone(), acc);
     }
 }
@@ -351,6 +356,7 @@ pub(super) fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::In;
     use rlx_ir::ops::attention::MaskKind;
 
     fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -381,6 +387,30 @@ mod tests {
             assert_eq!(vector.acc.len(), nq * dv);
             for (x, y) in vector.acc.iter().zip(&plain.acc) {
                 assert_eq!(x.to_bits(), y.to_bits(), "{x} vs {y} in the block at {q0}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_query_alone_gets_the_bits_it_gets_in_a_block() {
+        // Decode (one query, the dot-product path) against prefill (a lane block): causal
+        // through a bias, d = 64, 150 keys (two tiles).
+        let (sq, sk, d) = (40, 150, 64);
+        let (q, k, v) = (data(sq * d, 4), data(sk * d, 5), data(sk * d, 6));
+        let bias: Vec<f32> = (0..sq * sk).map(|n| if n % sk <= sk - sq + n / sk { 0.0 } else { -1e9 }).collect();
+        let extra = In { dtype: rlx_ir::DType::F32, dims: &[sq, sk], bytes: bytemuck::cast_slice(&bias) };
+        let mask = Masking::<f32>::new(MaskKind::Bias, Some(extra), 1, 1, sq, sk);
+        fn rows(x: &[f32], d: usize) -> Rows<'_> {
+            Rows { data: x, stride: d, width: d }
+        }
+        let hd = Head { q: rows(&q, d), k: rows(&k, d), v: rows(&v, d), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
+        let mut all = Scratch::default();
+        block(&hd, 0, sq, &mut all);
+        for qi in 0..sq {
+            let mut one = Scratch::default();
+            block(&hd, qi, 1, &mut one);
+            for (x, y) in one.acc.iter().zip(&all.acc[qi * d..(qi + 1) * d]) {
+                assert_eq!(x.to_bits(), y.to_bits(), "query {qi}: {x} alone, {y} in the block");
             }
         }
     }

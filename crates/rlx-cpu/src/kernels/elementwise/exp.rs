@@ -1,6 +1,5 @@
 //! f32 `e^x` for `x ≤ 0` as branch-free arithmetic the compiler vectorises (GELU's tail and
-//! the softmax weights of attention), and its row form; both inline into callers compiled
-//! for AVX2 + FMA.
+//! the softmax weights of attention); it inlines into callers compiled for AVX2 + FMA.
 
 /// `1.5·2^23`: adding it to a float below `2^22` in magnitude rounds that to an integer
 /// (ties to even), which then sits in the low mantissa bits of the sum.
@@ -28,28 +27,6 @@ pub(crate) fn exp_neg(x: f32) -> f32 {
     if x == f32::NEG_INFINITY { 0.0 } else { e }
 }
 
-/// `row[i] ← e^(row[i] − shift)` for a `shift` at least every entry (a row maximum); returns
-/// the sum of the new entries, in 16 interleaved partial sums (a single running sum would
-/// serialise the adds). Inlined, so it vectorises under the caller's target features.
-#[inline(always)]
-pub(crate) fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
-    const W: usize = 16;
-    let mut sums = [0f32; W];
-    let mut chunks = row.chunks_exact_mut(W);
-    for chunk in &mut chunks {
-        for (x, s) in chunk.iter_mut().zip(&mut sums) {
-            *x = exp_neg(*x - shift);
-            *s += *x;
-        }
-    }
-    let mut tail = 0.0;
-    for x in chunks.into_remainder() {
-        *x = exp_neg(*x - shift);
-        tail += *x;
-    }
-    sums.iter().fold(tail, |t, &s| t + s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,17 +41,5 @@ mod tests {
         }
         assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
         assert!(exp_neg(f32::NAN).is_nan());
-    }
-
-    #[test]
-    fn a_shifted_row_sums_its_weights() {
-        let mut row: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin() * 5.0).collect();
-        let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let want: Vec<f64> = row.iter().map(|&x| ((x - max) as f64).exp()).collect();
-        let sum = exp_shifted(&mut row, max);
-        for (g, w) in row.iter().zip(&want) {
-            assert!((*g as f64 - w).abs() <= 3e-7 * w);
-        }
-        assert!((sum as f64 - want.iter().sum::<f64>()).abs() < 1e-5);
     }
 }

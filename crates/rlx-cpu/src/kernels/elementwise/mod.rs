@@ -7,7 +7,7 @@ mod gelu;
 mod spline;
 
 pub use cast::cast;
-pub(crate) use exp::{exp_neg, exp_shifted};
+pub(crate) use exp::exp_neg;
 pub use gelu::{gelu, gelu_in_place};
 pub use spline::{spline, spline_backward_coeff, spline_backward_x};
 
