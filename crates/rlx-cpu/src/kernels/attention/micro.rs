@@ -147,7 +147,7 @@ pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
         s[j..j + DOT_KEYS].copy_from_slice(&acc);
         j += DOT_KEYS;
     }
-    for j in j..keys.end {
-        s[j] = k.row(j).iter().zip(q).fold(0.0, |a, (&y, &x)| y.mul_add(x, a));
+    for (j, out) in (j..keys.end).zip(&mut s[j..keys.end]) {
+        *out = k.row(j).iter().zip(q).fold(0.0, |a, (&y, &x)| y.mul_add(x, a));
     }
 }
