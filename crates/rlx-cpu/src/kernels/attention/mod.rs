@@ -4,8 +4,8 @@
 //! Layouts (per tensor, see [`Heads`]): rank 4 is head-major `[B, H, S, D]`, rank 3 is
 //! `[B, S, H·D]` with head `h` at columns `[h·D, (h+1)·D)`, rank 2 is `[S, H·D]` (`B = 1`).
 //! F32 and F64 compute in their own precision (F16/BF16 go through F32, as OPS.md computes
-//! scores and softmax in F32). F32 scores and weighted sums are GEMM tiles (`tiled.rs`); F64
-//! keeps scalar dot products.
+//! scores and softmax in F32). F32 scores and weighted sums are register tiles (`tiled.rs`,
+//! `micro.rs`); F64 keeps scalar dot products.
 //!
 //! Masking: `Causal` and `SlidingWindow(w)` align the queries with the last keys
 //! (`abs_q = S_k − S_q + qi`); `Custom` keeps keys whose mask value is ≥ 0.5 (Bool: true);
@@ -15,6 +15,7 @@
 //! unless every kept logit is itself below about −1e9 + 700.
 
 mod backward;
+mod micro;
 mod rope;
 mod tiled;
 
@@ -287,7 +288,7 @@ fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Hea
     (layouts, mask, logits)
 }
 
-/// The scalar forward kernel over typed slices (f64; f32 runs on GEMM tiles in `tiled.rs`).
+/// The scalar forward kernel over typed slices (f64; f32 runs on register tiles in `tiled.rs`).
 fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
     let ((lq, lk, lv, lo), mask, logits) = setup::<T>(a, ins, out.dims);
     let (bsz, heads, s_q, s_k) = (lq.batch, a.num_heads, lq.seq, lk.seq);
@@ -321,7 +322,7 @@ fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
 /// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`; any of the three
 /// layouts, `S_k ≠ S_q`, `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
 /// softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads × query blocks.
-/// F32 (and the half floats, widened) runs on GEMM tiles, F64 on scalar dot products.
+/// F32 (and the half floats, widened) runs on register tiles, F64 on scalar dot products.
 pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
     through_f32(ins, outs, |ins, outs| match ins[0].dtype {
         DType::F32 => {
@@ -421,11 +422,16 @@ mod tests {
 
     /// The node run once in f64 and once in f32 (the tiled path), with an optional mask/bias.
     fn both(a: &Attention, qkv: [(&[usize], u64); 3], extra: Option<(&[usize], Vec<f64>)>) -> (Vec<f64>, Vec<f32>) {
-        let data64: Vec<Vec<f64>> = qkv.iter().map(|(d, seed)| data(d.iter().product(), *seed)).collect();
+        let values = qkv.map(|(d, seed)| data(d.iter().product(), seed));
+        both_on(a, [qkv[0].0, qkv[1].0, qkv[2].0], values, extra)
+    }
+
+    /// [`both`] on given operand values.
+    fn both_on(a: &Attention, dims: [&[usize]; 3], data64: [Vec<f64>; 3], extra: Option<(&[usize], Vec<f64>)>) -> (Vec<f64>, Vec<f32>) {
         let data32: Vec<Vec<f32>> = data64.iter().map(|v| v.iter().map(|&x| x as f32).collect()).collect();
         let extra32: Option<Vec<f32>> = extra.as_ref().map(|(_, v)| v.iter().map(|&x| x as f32).collect());
         let out_dims: Vec<usize> = {
-            let mut d = qkv[0].0.to_vec();
+            let mut d = dims[0].to_vec();
             let last = d.len() - 1;
             d[last] = d[last] / a.head_dim * a.v_head_dim.unwrap_or(a.head_dim);
             d
@@ -433,8 +439,8 @@ mod tests {
         let n: usize = out_dims.iter().product();
         let mut y64 = vec![0f64; n];
         let mut y32 = vec![0f32; n];
-        let mut ins64: Vec<In> = (0..3).map(|i| In { dtype: DType::F64, dims: qkv[i].0, bytes: bytemuck::cast_slice(&data64[i]) }).collect();
-        let mut ins32: Vec<In> = (0..3).map(|i| In { dtype: DType::F32, dims: qkv[i].0, bytes: bytemuck::cast_slice(&data32[i]) }).collect();
+        let mut ins64: Vec<In> = (0..3).map(|i| In { dtype: DType::F64, dims: dims[i], bytes: bytemuck::cast_slice(&data64[i]) }).collect();
+        let mut ins32: Vec<In> = (0..3).map(|i| In { dtype: DType::F32, dims: dims[i], bytes: bytemuck::cast_slice(&data32[i]) }).collect();
         if let (Some((dims, v)), Some(v32)) = (&extra, &extra32) {
             ins64.push(In { dtype: DType::F64, dims, bytes: bytemuck::cast_slice(v) });
             ins32.push(In { dtype: DType::F32, dims, bytes: bytemuck::cast_slice(v32) });
@@ -444,9 +450,82 @@ mod tests {
         (y64, y32)
     }
 
+    /// Every f32 output within 2e-5 (relative above 1) of the f64 one, and NaN where it is NaN.
     fn assert_f32_close(y64: &[f64], y32: &[f32], what: &str) {
+        assert_eq!(y64.len(), y32.len(), "{what}: output lengths");
         for (i, (w, g)) in y64.iter().zip(y32).enumerate() {
-            assert!((*g as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()), "{what}[{i}]: f32 {g} vs f64 {w}");
+            let ok = if w.is_nan() { g.is_nan() } else { (*g as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()) };
+            assert!(ok, "{what}[{i}]: f32 {g} vs f64 {w}");
+        }
+    }
+
+    /// Runs every mask kind (Custom with an all-masked batch item, Bias, and softcap on
+    /// Causal) on `[B, S, H·D]` operands and compares f32 with f64.
+    fn every_mask(b: usize, h: usize, (sq, sk): (usize, usize), (d, dv): (usize, usize), what: &str) {
+        let (dq, dk, dvv) = ([b, sq, h * d], [b, sk, h * d], [b, sk, h * dv]);
+        let node = |kind| Attention { v_head_dim: Some(dv), ..Attention::new(h, d, kind) };
+        let operands = [(&dq[..], 1), (&dk[..], 2), (&dvv[..], 3)];
+        for kind in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(37)] {
+            let (y64, y32) = both(&node(kind), operands, None);
+            assert_f32_close(&y64, &y32, &format!("{what} {kind:?}"));
+        }
+        let softcapped = Attention { score_scale: Some(0.7), attn_logit_softcap: Some(3.0), ..node(MaskKind::Causal) };
+        let (y64, y32) = both(&softcapped, operands, None);
+        assert_f32_close(&y64, &y32, &format!("{what} softcap"));
+        let keep: Vec<f64> = (0..b * sk).map(|i| if i >= sk { 0.0 } else { (i % 5 != 1) as u8 as f64 }).collect();
+        let (y64, y32) = both(&node(MaskKind::Custom), operands, Some((&[b, sk], keep)));
+        assert_f32_close(&y64, &y32, &format!("{what} custom"));
+        let bias = data(h * sq * sk, 10);
+        let (y64, y32) = both(&node(MaskKind::Bias), operands, Some((&[1, h, sq, sk], bias)));
+        assert_f32_close(&y64, &y32, &format!("{what} bias"));
+    }
+
+    #[test]
+    fn f32_few_queries_match_the_f64_kernel_over_long_key_ranges() {
+        // 1 to 7 queries (the dot-product path) against 700 keys (six key tiles); head dims
+        // 1 to 129, rows strided by H·D (no multiple of 8).
+        for (sq, d, dv) in [(1, 1, 1), (2, 7, 5), (3, 33, 33), (7, 63, 64), (1, 129, 17)] {
+            every_mask(2, 3, (sq, 700), (d, dv), &format!("{sq} queries, d {d}, dv {dv}"));
+        }
+    }
+
+    #[test]
+    fn f32_lane_tiles_match_the_f64_kernel_on_odd_head_dims() {
+        // 8 to 65 queries: partial lane groups, keys fewer and more than a tile, a
+        // one-query last block; head dims 1, 33, 63, 129.
+        for (sq, sk, d, dv) in [(8, 9, 1, 3), (17, 130, 33, 7), (64, 64, 63, 63), (65, 200, 129, 32)] {
+            every_mask(2, 2, (sq, sk), (d, dv), &format!("{sq}x{sk}, d {d}, dv {dv}"));
+        }
+    }
+
+    #[test]
+    fn f32_nan_in_a_query_or_kept_key_reaches_the_rows_the_f64_kernel_gives_nan() {
+        // Causal over 70 queries (a lane block and a few-query block) and over 3 queries: a
+        // NaN key row reaches only the queries that keep it, a NaN query only its own row.
+        let (h, sk, d) = (2, 70, 9);
+        for sq in [70, 3] {
+            let dims: [&[usize]; 3] = [&[1, sq, h * d], &[1, sk, h * d], &[1, sk, h * d]];
+            let mut values = [data(sq * h * d, 1), data(sk * h * d, 2), data(sk * h * d, 3)];
+            values[1][(40 * h) * d + 3] = f64::NAN;
+            values[0][(sq - 2) * h * d + d + 1] = f64::NAN;
+            let (y64, y32) = both_on(&Attention::new(h, d, MaskKind::Causal), dims, values, None);
+            assert!(y64.iter().any(|x| x.is_nan()) && y64.iter().any(|x| !x.is_nan()));
+            assert_f32_close(&y64, &y32, &format!("NaN, {sq} queries"));
+        }
+    }
+
+    #[test]
+    fn f32_kv_cache_with_hidden_slots_matches_the_f64_kernel() {
+        // A decoder's cache: [1, H, capacity, 64] keys and values, an additive [S, capacity]
+        // mask of 0 on visible slots and −1e9 on hidden ones; prompts (lane and few-query
+        // blocks) and single decode steps.
+        let (h, cap, d) = (3, 64, 64);
+        for (sq, pos) in [(11, 0), (6, 0), (1, 11), (1, 40)] {
+            let mask: Vec<f64> = (0..sq * cap).map(|n| if n % cap <= pos + n / cap { 0.0 } else { -1e9 }).collect();
+            let q: Vec<f64> = data(h * sq * d, 1).iter().map(|x| 3.0 * x).collect();
+            let dims: [&[usize]; 3] = [&[1, h, sq, d], &[1, h, cap, d], &[1, h, cap, d]];
+            let (y64, y32) = both_on(&Attention::new(h, d, MaskKind::Bias), dims, [q, data(h * cap * d, 2), data(h * cap * d, 3)], Some((&[sq, cap], mask)));
+            assert_f32_close(&y64, &y32, &format!("{sq} queries at {pos}"));
         }
     }
 

@@ -1,96 +1,294 @@
-//! The f32 forward of `Attention` on GEMM tiles (FlashAttention-2 order): for each head and
-//! block of queries, the logits of one key tile are a single `sgemm`, the online softmax
-//! rescales the block's running output, and a second `sgemm` adds `P·V`. Memory stays at one
-//! block × tile of logits, whatever the sequence length. Same results as the scalar kernel in
-//! `mod.rs` (which f64 keeps) up to f32 summation order.
+//! The f32 forward of `Attention` on register tiles (FlashAttention-2 order): per head and
+//! block of queries, the logits of one key tile come straight from the key rows against the
+//! block's queries stored lane-wise, the online softmax rescales the block's running output,
+//! and `P·V` is added straight from the value rows (`micro.rs`); no key tile is packed.
+//! Blocks of a few queries (decode) instead take dot products over contiguous key rows, in
+//! the same order of operations per query, so a query's output is the same bits in either.
+//! Memory stays at one block × tile of logits, whatever the sequence length. Same results
+//! as the scalar kernel in `mod.rs` (which f64 keeps) up to f32 summation order.
 
+use super::micro::{self, Rows, LANES};
 use super::{mean_rows, Heads, Logits, Masking};
-use crate::kernels::elementwise::{exp_neg, exp_shifted};
-use crate::kernels::matmul::{sgemm, Mat, MatMut};
+use crate::kernels::elementwise::exp_neg;
 use crate::view::Out;
 use rayon::prelude::*;
+use std::cell::RefCell;
 
-/// Queries per block (rows of the logit tile).
+/// Queries per block.
 const QB: usize = 64;
-/// Keys per tile (columns of the logit tile).
+/// Keys per tile.
 const KT: usize = 128;
+/// Blocks of fewer queries take dot products (a lane-wise tile would be mostly padding).
+const FEW: usize = 8;
+const NEG_INF: f32 = f32::NEG_INFINITY;
 
-/// One tensor's rows of head `(b, h)` as a matrix from row `s0` on, `rows` rows.
-fn rows<'a>(l: &Heads, x: &'a [f32], (b, h): (usize, usize), s0: usize, rows: usize) -> Mat<'a> {
-    let stride = l.row(b, h, 1) - l.row(b, h, 0);
-    let start = l.row(b, h, s0);
-    let end = if rows == 0 { start } else { start + (rows - 1) * stride + l.width };
-    Mat { data: &x[start..end], rows, cols: l.width, strides: [stride, 1] }
-}
-
-/// The running state of one block: output rows (unnormalised), row maxima and row sums.
-struct Block {
-    acc: Vec<f32>,
-    max: Vec<f32>,
-    sum: Vec<f32>,
-    logits: Vec<f32>,
-}
-
-/// The attention of queries `q0..q0 + nq` of head `(b, h)`: `nq × dv` output rows.
-#[allow(clippy::too_many_arguments)]
-fn block(
-    (q, k, v): (Mat, &[f32], &[f32]),
-    (lk, lv): (&Heads, &Heads),
-    (b, h): (usize, usize),
-    q0: usize,
+/// The operands of one head `(b, h)` and the masking and transform of its logits.
+struct Head<'a> {
+    q: Rows<'a>,
+    k: Rows<'a>,
+    v: Rows<'a>,
+    /// Rows of `v` (the keys).
+    seq: usize,
+    b: usize,
+    h: usize,
     logits: Logits<f32>,
-    mask: &Masking<f32>,
-) -> Result<Vec<f32>, String> {
-    let (nq, dv) = (q.rows, lv.width);
-    let mut st = Block { acc: vec![0.0; nq * dv], max: vec![f32::NEG_INFINITY; nq], sum: vec![0.0; nq], logits: vec![0.0; nq * KT] };
-    let ranges: Vec<(usize, usize)> = (q0..q0 + nq).map(|qi| mask.range(qi)).collect();
-    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    mask: &'a Masking<f32>,
+}
+
+impl<'a> Head<'a> {
+    /// Keys (or values) from row `t0` on.
+    fn from(x: Rows<'a>, t0: usize) -> Rows<'a> {
+        Rows { data: &x.data[t0 * x.stride..], ..x }
+    }
+
+    /// Whether logits need the scalar softcap or bias pass before scaling.
+    fn special(&self) -> bool {
+        self.logits.softcap.is_some() || !self.mask.bias.is_empty()
+    }
+
+    /// The scale left to apply after [`Head::special`]'s pass (which scales itself).
+    fn scale(&self) -> f32 {
+        if self.special() {
+            1.0
+        } else {
+            self.logits.scale
+        }
+    }
+}
+
+/// Working memory of one block, kept per thread across calls.
+#[derive(Default)]
+struct Scratch {
+    /// Logits, then weights, of one tile: `[KT][QB]` lane-wise, or `[nq][KT]` on the few path.
+    scores: Vec<f32>,
+    /// The block's queries transposed, `[d][QB]` (lanes past the block's queries are zero).
+    qt: Vec<f32>,
+    /// The block's output rows `[nq][dv]`, unnormalised until the last tile.
+    acc: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The online-softmax state of a block's queries: running maxima and normalisers.
+struct Softmax {
+    max: [f32; QB],
+    sum: [f32; QB],
+}
+
+/// The larger of `m` and `x`, skipping a NaN (`maxnum`: a plain value, where a compare and
+/// select here became a masked store to the running maxima). A NaN logit needs no sticky
+/// maximum: its weight `e^(NaN − shift)` is NaN whatever the shift, and so are the sums and
+/// output rows it reaches.
+#[inline(always)]
+fn max(m: f32, x: f32) -> f32 {
+    m.max(x)
+}
+
+impl Softmax {
+    /// Folds a tile's maximum `tile_max` into query `i`: returns the factor its running sum
+    /// and output were rescaled by, and the shift for the tile's weights.
+    #[inline(always)]
+    fn fold(&mut self, i: usize, tile_max: f32) -> (f32, f32) {
+        let (old, new) = (self.max[i], max(self.max[i], tile_max));
+        let corr = if old == NEG_INF { 0.0 } else { exp_neg(old - new) };
+        self.sum[i] *= corr;
+        self.max[i] = new;
+        (corr, if new == NEG_INF { 0.0 } else { new })
+    }
+}
+
+/// The key range `range` of one query, within tile `[t0, t0 + nk)`, relative to `t0`.
+#[inline(always)]
+fn local((lo, hi): (usize, usize), t0: usize, nk: usize) -> std::ops::Range<usize> {
+    let (a, e) = (lo.clamp(t0, t0 + nk) - t0, hi.clamp(t0, t0 + nk) - t0);
+    a..e.max(a)
+}
+
+/// Queries `q0..q0 + nq` of one head: their output rows into `sc.acc`, `nq × dv`.
+#[inline(always)]
+fn block_generic(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
+    let (d, dv) = (hd.q.width, hd.v.width);
+    let mut ranges = [(0, 0); QB];
+    for (i, r) in ranges[..nq].iter_mut().enumerate() {
+        *r = hd.mask.range(q0 + i);
+    }
+    let ranges = &ranges[..nq];
+    let lo = ranges.iter().filter(|r| r.0 < r.1).map(|r| r.0).min().unwrap_or(0);
     let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let few = nq < FEW;
+    let mut st = Softmax { max: [NEG_INF; QB], sum: [0.0; QB] };
+    sc.acc.clear();
+    sc.acc.resize(nq * dv, 0.0);
+    sc.scores.resize(KT * QB, 0.0);
+    if !few {
+        sc.qt.clear();
+        sc.qt.resize(d * QB, 0.0);
+        for i in 0..nq {
+            for (lanes, &x) in sc.qt.chunks_exact_mut(QB).zip(hd.q.row(q0 + i)) {
+                lanes[i] = x;
+            }
+        }
+    }
     for t0 in (lo..hi).step_by(KT) {
         let nk = KT.min(hi - t0);
-        let keys = rows(lk, k, (b, h), t0, nk);
-        let kt = Mat { data: keys.data, rows: keys.cols, cols: nk, strides: [1, keys.strides[0]] };
-        let s = &mut st.logits[..nq * nk];
-        sgemm(q, kt, MatMut::row_major(s, nq, nk), false, false)?;
-        for (i, row) in s.chunks_mut(nk).enumerate() {
-            let qi = q0 + i;
-            let (rlo, rhi) = ranges[i];
-            for (j, x) in row.iter_mut().enumerate() {
-                let kj = t0 + j;
-                *x = if kj < rlo || kj >= rhi || !mask.kept(b, kj) { f32::NEG_INFINITY } else { logits.apply(*x) + mask.bias(b, h, qi, kj) };
-            }
-            let tile_max = row.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m || x.is_nan() { x } else { m });
-            let new_max = if st.max[i].is_nan() || tile_max.is_nan() { f32::NAN } else { st.max[i].max(tile_max) };
-            if new_max == f32::NEG_INFINITY {
-                row.fill(0.0);
-                continue;
-            }
-            if st.max[i] != new_max {
-                let corr = if st.max[i] == f32::NEG_INFINITY { 0.0 } else { exp_neg(st.max[i] - new_max) };
-                st.sum[i] *= corr;
-                st.acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a *= corr);
-                st.max[i] = new_max;
-            }
-            st.sum[i] += exp_shifted(row, new_max);
+        if few {
+            few_tile(hd, q0, ranges, (t0, nk), &mut st, sc);
+        } else {
+            lane_tile(hd, q0, ranges, (t0, nk), &mut st, sc);
         }
-        let vals = rows(lv, v, (b, h), t0, nk);
-        sgemm(Mat::row_major(&*s, nq, nk), vals, MatMut::row_major(&mut st.acc, nq, dv), true, false)?;
     }
+    finish(hd, q0, &st, &mut sc.acc);
+}
+
+/// One key tile `[t0, t0 + nk)` for a block stored lane-wise: logits `[nk][QB]`, masked and
+/// scaled, folded into the running state, and their weights times the values added.
+#[inline(always)]
+fn lane_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, usize), st: &mut Softmax, sc: &mut Scratch) {
+    let nq = ranges.len();
+    let nl = nq.next_multiple_of(LANES);
+    let keys = Head::from(hd.k, t0);
+    let s = &mut sc.scores[..nk * QB];
+    for l0 in (0..nl).step_by(LANES) {
+        let own = ranges[l0..nq.min(l0 + LANES)].iter().map(|&r| local(r, t0, nk)).filter(|r| !r.is_empty());
+        let (a, e) = own.fold((nk, 0), |(a, e), r| (a.min(r.start), e.max(r.end)));
+        micro::logits(keys, &sc.qt, QB, l0, a..e.max(a), s);
+    }
+    if hd.special() {
+        for (i, &r) in ranges.iter().enumerate() {
+            for j in local(r, t0, nk) {
+                let x = &mut s[j * QB + i];
+                *x = hd.logits.apply(*x) + hd.mask.bias(hd.b, hd.h, q0 + i, t0 + j);
+            }
+        }
+    }
+    let scale = hd.scale();
+    let full = nl == nq && ranges.iter().all(|&(a, e)| a <= t0 && e >= t0 + nk);
+    let (mut lo, mut hi) = ([0; QB], [0; QB]);
+    for (i, &(a, e)) in ranges.iter().enumerate() {
+        (lo[i], hi[i]) = (a, e);
+    }
+    let mut tile_max = [NEG_INF; QB];
+    for (j, row) in s.chunks_exact_mut(QB).enumerate() {
+        let (row, kj) = (&mut row[..nl], t0 + j);
+        if !hd.mask.kept(hd.b, kj) {
+            row.fill(NEG_INF);
+        } else if full {
+            for (x, m) in row.iter_mut().zip(&mut tile_max) {
+                *x *= scale;
+                *m = max(*m, *x);
+            }
+        } else {
+            for (i, (x, m)) in row.iter_mut().zip(&mut tile_max).enumerate() {
+                *x = if kj >= lo[i] && kj < hi[i] { *x * scale } else { NEG_INF };
+                *m = max(*m, *x);
+            }
+        }
+    }
+    let (mut corr, mut shift) = ([0.0; QB], [0.0; QB]);
+    for i in 0..nl {
+        (corr[i], shift[i]) = st.fold(i, tile_max[i]);
+    }
+    for (row, &c) in sc.acc.chunks_exact_mut(hd.v.width.max(1)).zip(&corr) {
+        if c != 1.0 {
+            row.iter_mut().for_each(|a| *a *= c);
+        }
+    }
+    let mut tile_sum = [0.0; QB];
+    for row in s.chunks_exact_mut(QB) {
+        for ((x, &m), t) in row[..nl].iter_mut().zip(&shift).zip(&mut tile_sum) {
+            *x = exp_neg(*x - m);
+            *t += *x;
+        }
+    }
+    for (sum, t) in st.sum[..nl].iter_mut().zip(tile_sum) {
+        *sum += t;
+    }
+    micro::weighted_values(s, QB, Head::from(hd.v, t0), 0..nq, |i| local(ranges[i], t0, nk), &mut sc.acc);
+}
+
+/// One key tile `[t0, t0 + nk)` for a block of a few queries, one query at a time: logits
+/// as dot products with the key rows, then the same steps as [`lane_tile`] on a row, summed
+/// in the same order.
+#[inline(always)]
+fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, usize), st: &mut Softmax, sc: &mut Scratch) {
+    let (keys, values, dv) = (Head::from(hd.k, t0), Head::from(hd.v, t0), hd.v.width);
+    let scale = hd.scale();
+    for (i, &r) in ranges.iter().enumerate() {
+        let own = local(r, t0, nk);
+        if own.is_empty() {
+            continue;
+        }
+        let q = hd.q.row(q0 + i);
+        let s = &mut sc.scores[i * KT..][..nk];
+        micro::dots(q, keys, own.clone(), s);
+        if hd.special() {
+            for j in own.clone() {
+                s[j] = hd.logits.apply(s[j]) + hd.mask.bias(hd.b, hd.h, q0 + i, t0 + j);
+            }
+        }
+        let mut tile_max = NEG_INF;
+        for j in own.clone() {
+            s[j] = if hd.mask.kept(hd.b, t0 + j) { s[j] * scale } else { NEG_INF };
+            tile_max = max(tile_max, s[j]);
+        }
+        let (corr, shift) = st.fold(i, tile_max);
+        let acc = &mut sc.acc[i * dv..][..dv];
+        if corr != 1.0 {
+            acc.iter_mut().for_each(|a| *a *= corr);
+        }
+        let mut tile_sum = 0.0;
+        for x in &mut s[own.clone()] {
+            *x = exp_neg(*x - shift);
+            tile_sum += *x;
+        }
+        st.sum[i] += tile_sum;
+        micro::weighted_values(s, 1, values, 0..1, |_| own.clone(), acc);
+    }
+}
+
+/// Normalises each output row, or gives the mean of V to a query that keeps no key.
+#[inline(always)]
+fn finish(hd: &Head, q0: usize, st: &Softmax, acc: &mut [f32]) {
     let mut fallback: Option<Vec<f32>> = None;
-    for (i, out) in st.acc.chunks_mut(dv.max(1)).enumerate() {
-        if mask.any_kept(b, q0 + i) {
+    let dv = hd.v.width;
+    for (i, out) in acc.chunks_exact_mut(dv.max(1)).enumerate() {
+        if hd.mask.any_kept(hd.b, q0 + i) {
             let inv = 1.0 / st.sum[i];
             out.iter_mut().for_each(|a| *a *= inv);
         } else {
-            let all = rows(lv, v, (b, h), 0, lv.seq);
             let mean = fallback.get_or_insert_with(|| {
-                let dense: Vec<f32> = (0..lv.seq).flat_map(|s| &all.data[s * all.strides[0]..][..dv]).copied().collect();
+                let dense: Vec<f32> = (0..hd.seq).flat_map(|s| hd.v.row(s)).copied().collect();
                 mean_rows(&dense, dv)
             });
             out.copy_from_slice(mean);
         }
     }
-    Ok(st.acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_avx2(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
+    block_generic(hd, q0, nq, sc)
+}
+
+/// [`block_generic`] compiled for AVX2 + FMA when the CPU has them.
+fn block(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // Safety: the CPU has the features the function is compiled for.
+        return unsafe { block_avx2(hd, q0, nq, sc) };
+    }
+    block_generic(hd, q0, nq, sc)
+}
+
+/// One tensor's rows of head `(b, h)`.
+fn head_rows<'a>(l: &Heads, x: &'a [f32], (b, h): (usize, usize), what: &str) -> Result<Rows<'a>, String> {
+    let (start, stride) = (l.row(b, h, 0), l.row(b, h, 1) - l.row(b, h, 0));
+    let end = if l.seq == 0 { start } else { start + (l.seq - 1) * stride + l.width };
+    let data = x.get(start..end).ok_or_else(|| format!("attention: {what} of {} elements has no rows [{start}, {end}) for head ({b}, {h})", x.len()))?;
+    Ok(Rows { data, stride, width: l.width })
 }
 
 /// The output's base pointer, shared by tasks that write disjoint rows.
@@ -113,23 +311,38 @@ pub(super) fn forward(
     out: &mut Out,
 ) -> Result<(), String> {
     let heads = lq.heads;
-    let tasks: Vec<(usize, usize, usize)> =
-        (0..lq.batch * heads).flat_map(|bh| (0..lq.seq).step_by(QB).map(move |q0| (bh / heads, bh % heads, q0))).collect();
-    let o = out.get::<f32>();
-    let (len, base) = (o.len(), OutRows(o.as_mut_ptr()));
     let dv = lo.width;
     if dv == 0 {
         return Ok(());
     }
+    let tasks: Vec<(usize, usize, usize)> =
+        (0..lq.batch * heads).flat_map(|bh| (0..lq.seq).step_by(QB).map(move |q0| (bh / heads, bh % heads, q0))).collect();
+    let o = out.get::<f32>();
+    let (len, base) = (o.len(), OutRows(o.as_mut_ptr()));
     let run = |&(b, h, q0): &(usize, usize, usize)| -> Result<(), String> {
-        let q = rows(&lq, xq, (b, h), q0, QB.min(lq.seq - q0));
-        let result = block((q, xk, xv), (&lk, &lv), (b, h), q0, logits, mask)?;
-        for (i, row) in result.chunks_exact(dv).enumerate() {
-            let at = lo.row(b, h, q0 + i);
-            assert!(at + dv <= len, "attention output row out of bounds");
-            // Safety: in bounds (checked); tasks own disjoint (b, h, q0..q0 + QB) rows.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), base.at(at), dv) };
-        }
+        let hd = Head {
+            q: head_rows(&lq, xq, (b, h), "query")?,
+            k: head_rows(&lk, xk, (b, h), "key")?,
+            v: head_rows(&lv, xv, (b, h), "value")?,
+            seq: lv.seq,
+            b,
+            h,
+            logits,
+            mask,
+        };
+        let nq = QB.min(lq.seq - q0);
+        SCRATCH.with(|cell| {
+            let mut own = Scratch::default();
+            let mut held = cell.try_borrow_mut();
+            let sc = held.as_deref_mut().unwrap_or(&mut own);
+            block(&hd, q0, nq, sc);
+            for (i, row) in sc.acc.chunks_exact(dv).enumerate() {
+                let at = lo.row(b, h, q0 + i);
+                assert!(at + dv <= len, "attention output row out of bounds");
+                // Safety: in bounds (checked); tasks own disjoint (b, h, q0..q0 + QB) rows.
+                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), base.at(at), dv) };
+            }
+        });
         Ok(())
     };
     let work = lq.batch * heads * lq.seq * lk.seq * (lq.width + lv.width);
@@ -137,5 +350,68 @@ pub(super) fn forward(
         tasks.iter().try_for_each(run)
     } else {
         tasks.par_iter().try_for_each(run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::In;
+    use rlx_ir::ops::attention::MaskKind;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        (0..n).map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f32 / 500.0) - 1.0).collect()
+    }
+
+    #[test]
+    fn the_vector_build_matches_the_plain_one_bit_for_bit() {
+        // One head, d = 33, dv = 20, causal: a lane block of 64 queries and a few-query block
+        // of 5, against 300 keys (three tiles).
+        let (sq, sk, d, dv) = (69, 300, 33, 20);
+        let (q, k, v) = (data(sq * d, 1), data(sk * d, 2), data(sk * dv, 3));
+        let mask = Masking::<f32>::new(MaskKind::Causal, None, 1, 1, sq, sk);
+        let hd = Head {
+            q: Rows { data: &q, stride: d, width: d },
+            k: Rows { data: &k, stride: d, width: d },
+            v: Rows { data: &v, stride: dv, width: dv },
+            seq: sk,
+            b: 0,
+            h: 0,
+            logits: Logits { scale: 0.3, softcap: None },
+            mask: &mask,
+        };
+        for (q0, nq) in [(0, 64), (64, 5)] {
+            let (mut vector, mut plain) = (Scratch::default(), Scratch::default());
+            block(&hd, q0, nq, &mut vector);
+            block_generic(&hd, q0, nq, &mut plain);
+            assert_eq!(vector.acc.len(), nq * dv);
+            for (x, y) in vector.acc.iter().zip(&plain.acc) {
+                assert_eq!(x.to_bits(), y.to_bits(), "{x} vs {y} in the block at {q0}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_query_alone_gets_the_bits_it_gets_in_a_block() {
+        // Decode (one query, the dot-product path) against prefill (a lane block): causal
+        // through a bias, d = 64, 150 keys (two tiles).
+        let (sq, sk, d) = (40, 150, 64);
+        let (q, k, v) = (data(sq * d, 4), data(sk * d, 5), data(sk * d, 6));
+        let bias: Vec<f32> = (0..sq * sk).map(|n| if n % sk <= sk - sq + n / sk { 0.0 } else { -1e9 }).collect();
+        let extra = In { dtype: rlx_ir::DType::F32, dims: &[sq, sk], bytes: bytemuck::cast_slice(&bias) };
+        let mask = Masking::<f32>::new(MaskKind::Bias, Some(extra), 1, 1, sq, sk);
+        fn rows(x: &[f32], d: usize) -> Rows<'_> {
+            Rows { data: x, stride: d, width: d }
+        }
+        let hd = Head { q: rows(&q, d), k: rows(&k, d), v: rows(&v, d), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
+        let mut all = Scratch::default();
+        block(&hd, 0, sq, &mut all);
+        for qi in 0..sq {
+            let mut one = Scratch::default();
+            block(&hd, qi, 1, &mut one);
+            for (x, y) in one.acc.iter().zip(&all.acc[qi * d..(qi + 1) * d]) {
+                assert_eq!(x.to_bits(), y.to_bits(), "query {qi}: {x} alone, {y} in the block");
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ mod silu;
 mod spline;
 
 pub use cast::cast;
-pub(crate) use exp::{exp_neg, exp_shifted};
+pub(crate) use exp::exp_neg;
 pub use gelu::{gelu, gelu_in_place};
 pub use silu::silu;
 pub use spline::{spline, spline_backward_coeff, spline_backward_x};
