@@ -109,13 +109,15 @@ pub(crate) struct Masking<T> {
     /// `Bias`: values read at the broadcast strides over `[B, H, S_q, S_k]`.
     bias: Vec<T>,
     bias_strides: Vec<usize>,
+    /// `Bias`: per query, the keys outside which every head's bias is a mask (≤ −1e9).
+    bias_span: Vec<(usize, usize)>,
 }
 
 impl<T: Real> Masking<T> {
     /// The masking of `kind` for `batch × heads` heads of `s_q` queries and `s_k` keys, with
     /// the mask or bias operand when the kind takes one.
     pub fn new(kind: MaskKind, extra: Option<In>, batch: usize, heads: usize, s_q: usize, s_k: usize) -> Masking<T> {
-        let mut m = Masking { kind, s_q, s_k, keep: Vec::new(), keep_strides: Vec::new(), bias: Vec::new(), bias_strides: Vec::new() };
+        let mut m = Masking { kind, s_q, s_k, keep: Vec::new(), keep_strides: Vec::new(), bias: Vec::new(), bias_strides: Vec::new(), bias_span: Vec::new() };
         match (kind, extra) {
             (MaskKind::Custom, Some(mask)) => {
                 m.keep = values_f64(mask).iter().map(|&v| v >= 0.5).collect();
@@ -124,10 +126,32 @@ impl<T: Real> Masking<T> {
             (MaskKind::Bias, Some(bias)) => {
                 m.bias = values_f64(bias).iter().map(|&v| T::of(v)).collect();
                 m.bias_strides = broadcast_strides(bias.dims, &[batch, heads, s_q, s_k]);
+                m.bias_span = (0..s_q).map(|qi| m.bias_span_of(batch, heads, qi)).collect();
             }
             _ => {}
         }
         m
+    }
+
+    /// The keys of query `qi` from the first to the last whose bias exceeds −1e9 (or is NaN)
+    /// in some head; all keys when a head has none there (a fully masked row averages every key). A key
+    /// outside gets weight `e^(s + bias − max)`, exactly 0 in f32 beside a kept key, so the
+    /// kernels skip it: a KV cache's unfilled slots (hidden by a −1e9 or −∞ bias) cost
+    /// nothing.
+    fn bias_span_of(&self, batch: usize, heads: usize, qi: usize) -> (usize, usize) {
+        let s = &self.bias_strides;
+        let (batch, heads) = (if s[0] == 0 { 1 } else { batch }, if s[1] == 0 { 1 } else { heads });
+        let (mut lo, mut hi) = (self.s_k, 0);
+        for b in 0..batch {
+            for h in 0..heads {
+                let kept = |k: &usize| !(self.bias(b, h, qi, *k) <= T::of(-1e9));
+                match ((0..self.s_k).find(kept), (0..self.s_k).rev().find(kept)) {
+                    (Some(first), Some(last)) => (lo, hi) = (lo.min(first), hi.max(last + 1)),
+                    _ => return (0, self.s_k),
+                }
+            }
+        }
+        if lo < hi { (lo, hi) } else { (0, self.s_k) }
     }
 
     /// The keys `[lo, hi)` that query `qi` may keep (before a `Custom` mask); empty when a
@@ -138,6 +162,7 @@ impl<T: Real> Masking<T> {
         match self.kind {
             MaskKind::Causal => (0, hi),
             MaskKind::SlidingWindow(w) => ((abs_q - w as isize + 1).clamp(0, hi as isize) as usize, hi),
+            MaskKind::Bias if !self.bias_span.is_empty() => self.bias_span[qi],
             _ => (0, self.s_k),
         }
     }
@@ -383,6 +408,44 @@ mod tests {
         let want = naive(&q, &k, &v, d, |i, j| j <= sk - sq + i);
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn keys_hidden_by_a_bias_are_skipped_without_changing_the_result() {
+        // A KV cache: slot 0 hidden by −∞, slots past each query's position by −1e9 (f32 and
+        // f64), against the softmax over the visible keys alone.
+        let (sq, sk, d) = (4, 40, 8);
+        let (q, k, v) = (data(sq * d, 11), data(sk * d, 12), data(sk * d, 13));
+        let hidden = |i: usize, j: usize| j == 0 || j > 20 + 5 * i;
+        let bias: Vec<f64> = (0..sq * sk).map(|x| if hidden(x / sk, x % sk) { if x % sk == 0 { f64::NEG_INFINITY } else { -1e9 } } else { 0.1 * (x % 7) as f64 }).collect();
+        let a = Attention::new(1, d, MaskKind::Bias);
+        let mut want = vec![0f64; sq * d];
+        let logits = |i: usize, j: usize| (0..d).map(|e| q[i * d + e] * k[j * d + e]).sum::<f64>() / (d as f64).sqrt() + bias[i * sk + j];
+        for i in 0..sq {
+            let w: Vec<f64> = (0..sk).map(|j| if hidden(i, j) { 0.0 } else { logits(i, j).exp() }).collect();
+            let z: f64 = w.iter().sum();
+            for e in 0..d {
+                want[i * d + e] = (0..sk).map(|j| w[j] / z * v[j * d + e]).sum();
+            }
+        }
+        let dims: [&[usize]; 4] = [&[sq, d], &[sk, d], &[sk, d], &[sq, sk]];
+        let y64 = {
+            let ins: Vec<In> = [&q, &k, &v, &bias].iter().zip(dims).map(|(x, dims)| In { dtype: DType::F64, dims, bytes: bytemuck::cast_slice(x) }).collect();
+            let mut y = vec![0f64; sq * d];
+            attention(&a, &ins, &mut [Out { dtype: DType::F64, dims: dims[0], bytes: bytemuck::cast_slice_mut(&mut y) }]).unwrap();
+            y
+        };
+        let f32s: Vec<Vec<f32>> = [&q, &k, &v, &bias].iter().map(|x| x.iter().map(|&v| v as f32).collect()).collect();
+        let y32 = {
+            let ins: Vec<In> = f32s.iter().zip(dims).map(|(x, dims)| In { dtype: DType::F32, dims, bytes: bytemuck::cast_slice(x) }).collect();
+            let mut y = vec![0f32; sq * d];
+            attention(&a, &ins, &mut [Out { dtype: DType::F32, dims: dims[0], bytes: bytemuck::cast_slice_mut(&mut y) }]).unwrap();
+            y
+        };
+        for (i, w) in want.iter().enumerate() {
+            assert!((y64[i] - w).abs() < 1e-9, "f64 [{i}]: {} vs {w}", y64[i]);
+            assert!((f64::from(y32[i]) - w).abs() < 2e-5, "f32 [{i}]: {} vs {w}", y32[i]);
         }
     }
 
