@@ -9,7 +9,9 @@
 //! Weights: a matmul whose `b` is a 2-D f32 parameter or constant (`dispatch::packable_operand`)
 //! gets it packed for the GEMM once, on first use — per parameter across plans, again only
 //! after `set_param` replaces it; per constant in its plan — and not for few-row products,
-//! which read `b` unpacked. Parameters that a node updates in place are never packed.
+//! which read `b` unpacked. Parameters that a node updates in place are never packed. A
+//! parameter that the running plan reads only packed keeps no unpacked copy (so weights take
+//! their memory once); `param` and plans that read it unpacked unpack it again.
 
 use crate::dispatch;
 use crate::kernels::matmul::{self, PackedB};
@@ -47,6 +49,9 @@ struct Plan {
     consts: Vec<Tensor>,
     /// Per constant, its packed form once a step has needed it.
     packed_consts: Vec<Option<PackedB>>,
+    /// The parameters some step or output reads unpacked; the others this plan pre-packs
+    /// are held only packed.
+    unpacked_params: Vec<usize>,
     arena: Tensor,
 }
 
@@ -161,7 +166,31 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     }
     let arena = Tensor::zeros(rlx_ir::DType::U8, &[placed.size]);
     let packed_consts = (0..consts.len()).map(|_| None).collect();
-    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, arena })
+    let unpacked_params = unpacked_params(&graph, &slots, &steps);
+    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, unpacked_params, arena })
+}
+
+/// The parameters a step reads other than as its pre-packed weight, or an output returns.
+fn unpacked_params(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], steps: &[Step]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut read = |v: &rlx_ir::ValueId, packed_here: bool| {
+        if let (Slot::Param(p), false) = (slots[v.node.index()][v.output as usize].0, packed_here) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    };
+    for step in steps {
+        let node = g.node(step.node);
+        let packed_at = step.weight.and(dispatch::packable_operand(&node.op));
+        for (i, v) in node.inputs.iter().enumerate() {
+            read(v, packed_at == Some(i));
+        }
+    }
+    for v in g.outputs() {
+        read(v, false);
+    }
+    out
 }
 
 /// The slot of node `id`'s weight to pre-pack: its [`dispatch::packable_operand`] when that is
@@ -195,20 +224,38 @@ fn state_operand(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], id: NodeId) -> Re
     Ok(Some((p, first.node)))
 }
 
+/// The bytes of a parameter held only packed (or not yet set): empty, but aligned for any
+/// element type, so kernels may view it as a slice of their dtype.
+const NO_BYTES: &[u8] = {
+    const EMPTY: &[u128] = &[];
+    // SAFETY: an empty slice of u128 is an empty, 16-aligned slice of bytes.
+    unsafe { std::slice::from_raw_parts(EMPTY.as_ptr().cast::<u8>(), 0) }
+};
+
 impl Plan {
     /// The bytes of a value. Safety: `base` is this plan's arena and nothing writes the
     /// value's bytes while the returned slice lives (the planner keeps live values apart).
     unsafe fn bytes<'a>(&'a self, params: &'a [Option<Tensor>], base: *mut u8, slot: Slot) -> &'a [u8] {
         match slot {
             Slot::Arena { offset, len } => std::slice::from_raw_parts(base.add(offset), len),
-            Slot::Param(i) => params[i].as_ref().map(Tensor::bytes).unwrap_or(&[]),
+            Slot::Param(i) => params[i].as_ref().map_or(NO_BYTES, Tensor::bytes),
             Slot::Const(i) => self.consts[i].bytes(),
         }
     }
 
-    /// Packs every weight a step pre-packs that is not packed yet (a parameter whose value is
-    /// not set, or not of its planned size, is left to the kernel).
-    fn prepack(&mut self, params: &[Option<Tensor>], packed: &mut [Option<PackedB>]) {
+    /// Before a run: parameters this plan reads unpacked get their unpacked copy back where
+    /// another plan left them only packed; then every weight a step pre-packs is packed if it
+    /// is not yet (a parameter not set, or not of its planned size, is left to the kernel), and
+    /// a parameter this plan reads only packed gives up its unpacked copy as soon as it is
+    /// packed, so that each weight is in memory once, and twice only one at a time.
+    fn hold_weights(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<PackedB>]) -> Result<()> {
+        for &p in &self.unpacked_params {
+            if params[p].is_none() {
+                if let Some(pk) = packed[p].take() {
+                    params[p] = Some(Tensor::from_vec(pk.unpack(), &pk.dims())?);
+                }
+            }
+        }
         for step in &self.steps {
             let Some(slot) = step.weight else { continue };
             let node = self.graph.node(step.node);
@@ -225,11 +272,17 @@ impl Plan {
                 }
                 _ => {}
             }
+            if let Slot::Param(p) = slot {
+                if packed[p].is_some() && !self.unpacked_params.contains(&p) {
+                    params[p] = None;
+                }
+            }
         }
+        Ok(())
     }
 
     fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<PackedB>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        self.prepack(params, packed);
+        self.hold_weights(params, packed)?;
         let base = self.arena.bytes_mut().as_mut_ptr();
         for (id, t) in self.inputs.iter().zip(inputs) {
             if let (Slot::Arena { offset, len }, _) = self.slots[id.index()][0] {
@@ -307,8 +360,12 @@ impl Plan {
 }
 
 impl Executable for CpuExecutable {
+    /// A parameter held only packed is unpacked for the caller.
     fn param(&self, index: usize) -> Result<Option<Tensor>> {
-        Ok(self.params[index].clone())
+        match (&self.params[index], &self.packed[index]) {
+            (None, Some(pk)) => Ok(Some(Tensor::from_vec(pk.unpack(), &pk.dims())?)),
+            (t, _) => Ok(t.clone()),
+        }
     }
 
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {

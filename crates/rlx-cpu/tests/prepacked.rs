@@ -6,7 +6,7 @@ mod common;
 
 use common::{randn, session};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
-use rlx_ir::{DType, Graph, TensorType};
+use rlx_ir::{DType, Dim, Graph, Shape, TensorType};
 use rlx_runtime::Tensor;
 
 /// Rows of `x` (above the few-rows path), inner dimension (two packed blocks) and widths.
@@ -69,5 +69,24 @@ fn packed_weights_follow_set_param_and_constants() {
         let relu: Vec<f64> = product(&zs, &ws, K, N).iter().enumerate().map(|(i, &v)| (v + f64::from(bias[i % N])).max(0.0)).collect();
         assert_near(&out[1], &relu, &format!("MatMul + bias + ReLU, round {round}"));
         assert_near(&out[2], &product(&xs, &wc_values, K, NC), &format!("constant weight, round {round}"));
+    }
+}
+
+#[test]
+fn a_weight_held_only_packed_reads_back_and_serves_few_row_runs() {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape(vec![Dim::Sym("m".into()), Dim::Static(K)])));
+    let w = g.param("w", TensorType::of(DType::F32, &[K, N]));
+    let y = g.matmul(x, w).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let ws = randn(K * N, 21);
+    c.set_param("w", Tensor::from_vec(ws.clone(), &[K, N]).unwrap()).unwrap();
+    // Many rows (packed, the unpacked copy released), then 2 rows (unpacked again), then many.
+    for (round, rows) in [ROWS, 2, ROWS].into_iter().enumerate() {
+        let xs = randn(rows * K, 30 + round as u64);
+        let out = c.run(&[("x", &Tensor::from_vec(xs.clone(), &[rows, K]).unwrap())]).unwrap();
+        assert_near(&out[0], &product(&xs, &ws, K, N), &format!("{rows} rows, round {round}"));
+        assert_eq!(c.param("w").unwrap().to_vec::<f32>().unwrap(), ws, "the weight read back after round {round}");
     }
 }

@@ -182,6 +182,29 @@ impl PackedB {
         PackedB { tile, k, n, data }
     }
 
+    /// `b` again, row-major `[k, n]` (the inverse of [`PackedB::with_tile`] on f32).
+    pub fn unpack(&self) -> Vec<f32> {
+        let (k, n, nr) = (self.k, self.n, self.tile.nr);
+        let width = n.div_ceil(nr) * nr;
+        let mut b = vec![0.0f32; k * n];
+        let block = inner_block(k);
+        for p0 in (0..k).step_by(block) {
+            let kc = block.min(k - p0);
+            for (j, panel) in self.data[p0 * width..(p0 + kc) * width].chunks_exact(kc * nr).enumerate() {
+                let w = nr.min(n - j * nr);
+                for (p, step) in panel.chunks_exact(nr).enumerate() {
+                    b[(p0 + p) * n + j * nr..][..w].copy_from_slice(&step[..w]);
+                }
+            }
+        }
+        b
+    }
+
+    /// The shape `[k, n]` of the packed `b`.
+    pub fn dims(&self) -> [usize; 2] {
+        [self.k, self.n]
+    }
+
     /// The panels of column tiles `cols` in the block of `kc` steps from `p0`.
     fn panels(&self, p0: usize, kc: usize, cols: &std::ops::Range<usize>) -> &[f32] {
         let (nr, at) = (self.tile.nr, p0 * self.n.div_ceil(self.tile.nr) * self.tile.nr);
@@ -210,7 +233,8 @@ fn product<A: Element, B: Element>(
     if b.rows != k || c.rows != m || c.cols != n {
         return Err(format!("sgemm: [{m}, {k}] × [{}, {n}] does not give [{}, {}]", b.rows, c.rows, c.cols));
     }
-    if a.data.len() < a.span() || b.data.len() < b.span() {
+    // With `packed`, `b`'s elements are never read (its unpacked copy may be released).
+    if a.data.len() < a.span() || (packed.is_none() && b.data.len() < b.span()) {
         return Err(format!("sgemm: operand slices of {} and {} elements are too short for their strides", a.data.len(), b.data.len()));
     }
     if m * n == 0 {
@@ -230,7 +254,7 @@ fn product<A: Element, B: Element>(
         }
         return Ok(());
     }
-    if few_rows(tile, &a, &b, &mut c, accumulate, parallel, epilogue).is_some() {
+    if packed.is_none() && few_rows(tile, &a, &b, &mut c, accumulate, parallel, epilogue).is_some() {
         return Ok(());
     }
     let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
