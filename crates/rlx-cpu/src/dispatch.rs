@@ -2,7 +2,8 @@
 
 use crate::kernels::{attention, conv, elementwise, fused, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, splat, ssm};
 use crate::view::{In, Out};
-use rlx_ir::Op;
+use rlx_ir::ops::quant::Activations;
+use rlx_ir::{DType, Op};
 
 /// Whether `op` has a kernel that updates its first operand in place when that operand is
 /// graph state (a parameter): [`run_in_place`] runs it.
@@ -32,17 +33,62 @@ pub fn run_in_place(op: &Op, state: &mut Out, ins: &[In], outs: &mut [Out]) -> R
     }
 }
 
-/// The operand of `op` that its kernel can also take pre-packed ([`matmul::PackedB`]) when it
-/// is a 2-D f32 weight: `b` of `MatMul` and `FusedMatMulBiasAct`.
-pub fn packable_operand(op: &Op) -> Option<usize> {
-    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_)).then_some(1)
+/// A weight laid out once for its kernel ([`prepack`]): the GEMM's packed `b` of an f32
+/// matmul, or the panels of a quantized one.
+pub enum Packed {
+    Gemm(matmul::PackedB),
+    Quant(quant::Panels),
 }
 
-/// [`run`] with the [`packable_operand`] also given pre-packed ([`matmul::prepack`]).
-pub fn run_prepacked(op: &Op, ins: &[In], packed: &matmul::PackedB, outs: &mut [Out]) -> Result<(), String> {
+impl Packed {
+    /// The weight as given: its bytes (`dims` are the weight's own).
+    pub fn unpack(&self) -> Vec<u8> {
+        match self {
+            Packed::Gemm(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
+            Packed::Quant(p) => p.unpack(),
+        }
+    }
+}
+
+/// The operand of `op` that its kernel can also take pre-packed ([`Packed`]): `b` of
+/// `MatMul`, `FusedMatMulBiasAct` and `DequantMatMul`, when [`packs`] says so.
+pub fn packable_operand(op: &Op) -> Option<usize> {
+    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_) | Op::DequantMatMul(_)).then_some(1)
+}
+
+/// Whether `op`, with first operand `a` and weight `b` (dtype and dims of each), reads `b`
+/// laid out ([`prepack`]): a 2-D f32 `b` under more than [`matmul::FEW_ROWS`] rows of `a`
+/// (few-row products read `b` as it is), or a `Q8Blocks` product's GGUF weight.
+pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
     match op {
-        Op::MatMul(_) => matmul::matmul_prepacked(ins[0], ins[1], packed, &mut outs[0]),
-        Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], Some(packed), ins[2], &mut outs[0]),
+        Op::MatMul(_) | Op::FusedMatMulBiasAct(_) => {
+            let rows: usize = a.1[..a.1.len().saturating_sub(1)].iter().product();
+            a.0 == DType::F32 && b.0 == DType::F32 && b.1.len() == 2 && rows > matmul::FEW_ROWS
+        }
+        Op::DequantMatMul(d) => d.activations == Activations::Q8Blocks && d.scheme.gguf().is_some(),
+        _ => false,
+    }
+}
+
+/// `op`'s weight `b` laid out for its kernel, with `out_dims` the dims of `op`'s output;
+/// `None` when the kernel would reject `b` (it then reports why from [`run`]).
+pub fn prepack(op: &Op, b: In, out_dims: &[usize]) -> Option<Packed> {
+    match op {
+        Op::DequantMatMul(d) => quant::prepack(d, b, *out_dims.last()?)?.ok().map(Packed::Quant),
+        _ if b.dtype == DType::F32 && b.dims.len() == 2 && b.bytes.len() == b.dims.iter().product::<usize>() * 4 => {
+            Some(Packed::Gemm(matmul::prepack(b)))
+        }
+        _ => None,
+    }
+}
+
+/// [`run`] with the [`packable_operand`] given laid out ([`prepack`]) instead of read from
+/// `ins`.
+pub fn run_prepacked(op: &Op, ins: &[In], packed: &Packed, outs: &mut [Out]) -> Result<(), String> {
+    match (op, packed) {
+        (Op::MatMul(_), Packed::Gemm(p)) => matmul::matmul_prepacked(ins[0], ins[1], p, &mut outs[0]),
+        (Op::FusedMatMulBiasAct(a), Packed::Gemm(p)) => fused::matmul_bias_act(a.activation, ins[0], ins[1], Some(p), ins[2], &mut outs[0]),
+        (Op::DequantMatMul(_), Packed::Quant(p)) => quant::dequant_matmul_prepacked(p, ins, &mut outs[0]),
         _ => run(op, ins, outs),
     }
 }

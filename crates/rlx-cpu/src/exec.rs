@@ -6,17 +6,17 @@
 //! persists across runs like a training step's weights; when its output is the state itself
 //! (`dispatch::output_is_state`) consumers read the parameter directly, with no copy.
 //!
-//! Weights: a matmul whose `b` is a 2-D f32 parameter or constant (`dispatch::packable_operand`)
-//! gets it packed for the GEMM once, on first use — per parameter across plans, again only
-//! after `set_param` replaces it; per constant in its plan — and not for few-row products,
-//! which read `b` unpacked. Parameters that a node updates in place are never packed. A
-//! parameter that the running plan reads only packed keeps no unpacked copy (so weights take
-//! their memory once); `param` and plans that read it unpacked unpack it again.
+//! Weights: a matmul whose weight is a parameter or constant that its kernel takes laid out
+//! (`dispatch::packs`: an f32 `b` under more than a few rows, a quantized `Q8Blocks` weight)
+//! gets it laid out once, on first use — per parameter across plans, again only after
+//! `set_param` replaces it; per constant in its plan. Parameters that a node updates in place
+//! are never packed. A parameter that the running plan reads only packed keeps no unpacked
+//! copy (so weights take their memory once); `param` and plans that read it unpacked unpack
+//! it again.
 
-use crate::dispatch;
-use crate::kernels::matmul::{self, PackedB};
+use crate::dispatch::{self, Packed};
 use crate::view::{In, Out};
-use rlx_ir::{Graph, NodeId, Op};
+use rlx_ir::{DType, Graph, NodeId, Op};
 use rlx_opt::memory::{self, Interval};
 use rlx_runtime::specialize::specialize;
 use rlx_runtime::{Bindings, Executable, Result, RuntimeError, Tensor};
@@ -48,7 +48,7 @@ struct Plan {
     inputs: Vec<NodeId>,
     consts: Vec<Tensor>,
     /// Per constant, its packed form once a step has needed it.
-    packed_consts: Vec<Option<PackedB>>,
+    packed_consts: Vec<Option<Packed>>,
     /// The parameters some step or output reads unpacked; the others this plan pre-packs
     /// are held only packed.
     unpacked_params: Vec<usize>,
@@ -59,8 +59,22 @@ pub struct CpuExecutable {
     graph: Graph,
     params: Vec<Option<Tensor>>,
     /// Per parameter, its packed form once a plan's step has needed it.
-    packed: Vec<Option<PackedB>>,
+    packed: Vec<Option<Laid>>,
     plans: HashMap<Vec<Vec<usize>>, Plan>,
+}
+
+/// A parameter laid out for its kernel, with the dtype and dims it was given in.
+struct Laid {
+    packed: Packed,
+    dtype: DType,
+    dims: Vec<usize>,
+}
+
+impl Laid {
+    /// The parameter as it was given.
+    fn unpack(&self) -> Result<Tensor> {
+        Tensor::from_bytes(self.dtype, &self.dims, &self.packed.unpack())
+    }
 }
 
 impl CpuExecutable {
@@ -194,16 +208,14 @@ fn unpacked_params(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], steps: &[Step])
 }
 
 /// The slot of node `id`'s weight to pre-pack: its [`dispatch::packable_operand`] when that is
-/// a 2-D f32 parameter or constant multiplied by an f32 `a` of more than
-/// [`matmul::FEW_ROWS`] rows.
+/// a parameter or constant and [`dispatch::packs`] says the kernel takes it laid out.
 fn weight_slot(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], id: NodeId) -> Option<Slot> {
     let node = g.node(id);
     let (a, b) = (node.inputs.first()?, node.inputs.get(dispatch::packable_operand(&node.op)?)?);
     let (slot, dims) = &slots[b.node.index()][b.output as usize];
     let a_dims = &slots[a.node.index()][a.output as usize].1;
-    let rows: usize = a_dims[..a_dims.len().saturating_sub(1)].iter().product();
-    let f32s = g.ty(*a).dtype == rlx_ir::DType::F32 && g.ty(*b).dtype == rlx_ir::DType::F32;
-    (matches!(slot, Slot::Param(_) | Slot::Const(_)) && f32s && dims.len() == 2 && rows > matmul::FEW_ROWS).then_some(*slot)
+    let packs = dispatch::packs(&node.op, (g.ty(*a).dtype, a_dims), (g.ty(*b).dtype, dims));
+    (matches!(slot, Slot::Param(_) | Slot::Const(_)) && packs).then_some(*slot)
 }
 
 /// The parameter node `id` updates in place: its first operand, when the op has a state kernel
@@ -248,11 +260,11 @@ impl Plan {
     /// is not yet (a parameter not set, or not of its planned size, is left to the kernel), and
     /// a parameter this plan reads only packed gives up its unpacked copy as soon as it is
     /// packed, so that each weight is in memory once, and twice only one at a time.
-    fn hold_weights(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<PackedB>]) -> Result<()> {
+    fn hold_weights(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>]) -> Result<()> {
         for &p in &self.unpacked_params {
             if params[p].is_none() {
-                if let Some(pk) = packed[p].take() {
-                    params[p] = Some(Tensor::from_vec(pk.unpack(), &pk.dims())?);
+                if let Some(laid) = packed[p].take() {
+                    params[p] = Some(laid.unpack()?);
                 }
             }
         }
@@ -260,28 +272,28 @@ impl Plan {
             let Some(slot) = step.weight else { continue };
             let node = self.graph.node(step.node);
             let Some(b) = dispatch::packable_operand(&node.op).and_then(|i| node.inputs.get(i)) else { continue };
-            let dims = &self.slots[b.node.index()][b.output as usize].1;
-            let (target, bytes) = match slot {
-                Slot::Param(p) => (&mut packed[p], params[p].as_ref().map(Tensor::bytes)),
-                Slot::Const(c) => (&mut self.packed_consts[c], Some(self.consts[c].bytes())),
-                Slot::Arena { .. } => continue,
-            };
-            match bytes {
-                Some(bytes) if target.is_none() && bytes.len() == dims.iter().product::<usize>() * 4 => {
-                    *target = Some(matmul::prepack(In { dtype: rlx_ir::DType::F32, dims, bytes }));
+            let (dtype, dims) = (self.graph.ty(*b).dtype, &self.slots[b.node.index()][b.output as usize].1);
+            let out_dims = &self.slots[step.node.index()][0].1;
+            match slot {
+                Slot::Param(p) => {
+                    if let (None, Some(t)) = (&packed[p], &params[p]) {
+                        let laid = dispatch::prepack(&node.op, In { dtype, dims, bytes: t.bytes() }, out_dims);
+                        packed[p] = laid.map(|packed| Laid { packed, dtype, dims: dims.clone() });
+                    }
+                    if packed[p].is_some() && !self.unpacked_params.contains(&p) {
+                        params[p] = None;
+                    }
+                }
+                Slot::Const(c) if self.packed_consts[c].is_none() => {
+                    self.packed_consts[c] = dispatch::prepack(&node.op, In { dtype, dims, bytes: self.consts[c].bytes() }, out_dims);
                 }
                 _ => {}
-            }
-            if let Slot::Param(p) = slot {
-                if packed[p].is_some() && !self.unpacked_params.contains(&p) {
-                    params[p] = None;
-                }
             }
         }
         Ok(())
     }
 
-    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<PackedB>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         self.hold_weights(params, packed)?;
         let base = self.arena.bytes_mut().as_mut_ptr();
         for (id, t) in self.inputs.iter().zip(inputs) {
@@ -334,7 +346,7 @@ impl Plan {
                 }
                 _ => {
                     let weight = match step.weight {
-                        Some(Slot::Param(p)) => packed[p].as_ref(),
+                        Some(Slot::Param(p)) => packed[p].as_ref().map(|l| &l.packed),
                         Some(Slot::Const(c)) => self.packed_consts[c].as_ref(),
                         _ => None,
                     };
@@ -363,7 +375,7 @@ impl Executable for CpuExecutable {
     /// A parameter held only packed is unpacked for the caller.
     fn param(&self, index: usize) -> Result<Option<Tensor>> {
         match (&self.params[index], &self.packed[index]) {
-            (None, Some(pk)) => Ok(Some(Tensor::from_vec(pk.unpack(), &pk.dims())?)),
+            (None, Some(laid)) => Ok(Some(laid.unpack()?)),
             (t, _) => Ok(t.clone()),
         }
     }

@@ -15,6 +15,7 @@
 //! decode (IQ*, TQ*: "unsupported scheme").
 
 mod moe;
+mod panels;
 mod q8;
 mod q8_simd;
 mod rows;
@@ -23,6 +24,7 @@ mod simd;
 mod weights;
 
 pub use moe::{dequant_grouped_matmul, dequant_grouped_matmul_mlx, dequant_moe_weights};
+pub use panels::Panels;
 pub use scaled::{scaled_quant_scale, scaled_quantize};
 
 use crate::kernels::matmul::widen;
@@ -36,13 +38,14 @@ use rows::Rows;
 ///
 /// F32 activations times `Q4_0`, `Q4_1` or `Q8_0` weights take the AVX2 kernels of [`simd`]
 /// where the CPU has them; `Activations::Q8Blocks` rounds `x` to 8-bit blocks first and
-/// takes the integer kernels of [`q8`] and [`q8_simd`].
+/// takes the integer kernels of [`q8`] and [`q8_simd`] on the weight laid out in [`Panels`].
 pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<(), String> {
     let x = ins[0];
     let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
     let w = weights::dequant_rows(&a.scheme, &ins[1..], n, k)?;
     if a.activations == Activations::Q8Blocks {
-        return q8_blocks(&a.scheme, x, ins[1].bytes, out);
+        let t = q8_weight(&a.scheme)?;
+        return q8_blocks(x, &Panels::new(t, ins[1].bytes, n, k)?, out);
     }
     if let QuantScheme::Gguf(t) = a.scheme {
         if x.dtype == DType::F32 && out.dtype == DType::F32 && simd::supports(t) && simd::available() {
@@ -54,21 +57,42 @@ pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<()
     times_rows(x, &*w, out)
 }
 
-/// `out = x · wᵀ` under `Activations::Q8Blocks`, whose weight `w` was checked by the caller.
-fn q8_blocks(scheme: &QuantScheme, x: In, w: &[u8], out: &mut Out) -> Result<(), String> {
-    let t = scheme.gguf().filter(|t| q8::supports(*t));
-    let Some(t) = t else {
-        return Err(format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme, got {scheme:?}"));
-    };
+/// [`dequant_matmul`] under `Activations::Q8Blocks` with the weight laid out beforehand
+/// ([`prepack`]); its GGUF bytes (`ins[1]`) are not read.
+pub fn dequant_matmul_prepacked(w: &Panels, ins: &[In], out: &mut Out) -> Result<(), String> {
+    q8_blocks(ins[0], w, out)
+}
+
+/// The weight `w` (`ins[1]` of a `DequantMatMul` `a` with `n` outputs) laid out for the
+/// product, when `a` takes [`Panels`]; `Err` for a weight its kernel would reject.
+pub fn prepack(a: &DequantMatMul, w: In, n: usize) -> Option<Result<Panels, String>> {
+    if a.activations != Activations::Q8Blocks {
+        return None;
+    }
+    let t = a.scheme.gguf().filter(|t| q8::supports(*t))?;
+    let row = w.bytes.len() / n.max(1);
+    Some(Panels::new(t, w.bytes, n, row / q8::block_bytes(t) * q8::QK))
+}
+
+/// The GGUF type of a `Q8Blocks` product's weight.
+fn q8_weight(scheme: &QuantScheme) -> Result<rlx_ir::ops::quant::GgufType, String> {
+    scheme.gguf().filter(|t| q8::supports(*t)).ok_or_else(|| format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme, got {scheme:?}"))
+}
+
+/// `out = x · wᵀ` under `Activations::Q8Blocks`.
+fn q8_blocks(x: In, w: &Panels, out: &mut Out) -> Result<(), String> {
     if out.dtype != DType::F32 {
         return Err(format!("the output must be f32, got {}", out.dtype));
     }
     let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
+    if k != w.k() || n != w.n() {
+        return Err(format!("x [.., {k}] and the output [.., {n}] do not fit the laid-out weight [{}, {}]", w.n(), w.k()));
+    }
     need_len("x", x.numel(), out.numel() / n.max(1) * k)?;
     let o = out.get::<f32>();
     match x.dtype {
-        DType::F32 => q8::matmul(t, x.get::<f32>(), w, n, k, o, q8_simd::best()),
-        DType::F64 | DType::F16 | DType::BF16 => q8::matmul(t, &widen(x), w, n, k, o, q8_simd::best()),
+        DType::F32 => w.matmul(x.get::<f32>(), o, q8_simd::best()),
+        DType::F64 | DType::F16 | DType::BF16 => w.matmul(&widen(x), o, q8_simd::best()),
         d => return Err(format!("x must be float, got {d}")),
     }
     Ok(())

@@ -1,19 +1,16 @@
 //! `DequantMatMul` under `Activations::Q8Blocks` (llama.cpp's CPU arithmetic) for GGUF
 //! `Q4_0`, `Q4_1` and `Q8_0` weights: each activation row is rounded once to 8-bit blocks of
-//! 32 ([`quantize`]), and each weight block meets its activation block in an integer dot
-//! product, scaled by the product of the two blocks' f16 scales. The integer sums are exact,
-//! so the portable kernel here and the AVX2 / AVX-512 VNNI ones of [`super::q8_simd`] differ
-//! only in the order of the f32 additions.
+//! 32 ([`quantize`]), and each weight block meets its activation block in an exact integer
+//! dot product, scaled by the product of the two blocks' f16 scales (plus `Q4_1`'s minimum
+//! times the activation block's sum). The weights are read in the panel layout of
+//! [`super::panels`], by the kernels there and in [`super::q8_simd`].
 
-use rayon::prelude::*;
 use rlx_ir::ops::quant::GgufType;
 
 /// Values per block, of the weights and of the rounded activations.
 pub(super) const QK: usize = 32;
-/// Activation rows sharing each unpacked weight block.
+/// Activation rows sharing each load of weight codes.
 pub(super) const ROW_TILE: usize = 4;
-/// Multiply-adds below which a product runs on one thread.
-const PAR_FLOPS: usize = 1 << 18;
 
 /// Rows of activations rounded to 8-bit blocks of 32, block `i` covering values `32·i ..`.
 pub(super) struct Q8Rows {
@@ -23,13 +20,15 @@ pub(super) struct Q8Rows {
     pub d: Vec<f32>,
     /// Per block: `Σq` times the unrounded scale, rounded to f16 (ggml's Q8_1 `s`).
     pub s: Vec<f32>,
+    /// Per block: `Σq` (for `Q4_0`'s offset of −8 in the integer sum).
+    pub sum: Vec<i32>,
 }
 
 /// Rounds `x` (a whole number of 32-blocks) as ggml's x86 `quantize_row_q8_0`/`_q8_1` do:
 /// `q = round_half_even(x·(127/max|x|))`, all-zero codes for an all-zero block.
 pub(super) fn quantize(x: &[f32]) -> Q8Rows {
     let blocks = x.len() / QK;
-    let mut rows = Q8Rows { q: vec![0; blocks * QK], d: vec![0.0; blocks], s: vec![0.0; blocks] };
+    let mut rows = Q8Rows { q: vec![0; blocks * QK], d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks] };
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("sse4.1") {
         // Safety: SSE4.1 was just detected.
@@ -50,7 +49,8 @@ unsafe fn quantize_sse41(x: &[f32], rows: &mut Q8Rows) {
 
 #[inline(always)]
 fn quantize_into(x: &[f32], rows: &mut Q8Rows) {
-    for (((xb, qb), d_out), s_out) in x.chunks_exact(QK).zip(rows.q.chunks_exact_mut(QK)).zip(&mut rows.d).zip(&mut rows.s) {
+    let blocks = x.chunks_exact(QK).zip(rows.q.chunks_exact_mut(QK)).zip(&mut rows.d).zip(&mut rows.s).zip(&mut rows.sum);
+    for ((((xb, qb), d_out), s_out), sum_out) in blocks {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
@@ -61,6 +61,7 @@ fn quantize_into(x: &[f32], rows: &mut Q8Rows) {
         }
         *d_out = half::f16::from_f32(d).to_f32();
         *s_out = half::f16::from_f32(d * sum as f32).to_f32();
+        *sum_out = sum;
     }
 }
 
@@ -75,119 +76,6 @@ pub(super) fn block_bytes(t: GgufType) -> usize {
         GgufType::Q4_0 => 18,
         GgufType::Q4_1 => 20,
         _ => 34,
-    }
-}
-
-/// Weight rows per tile: each activation block loaded is used this many times, and the
-/// tile's accumulators form independent chains even for a single activation row (decode).
-pub(super) const COL_TILE: usize = 4;
-
-/// The operands of one product: `t`'s weight rows of `blocks` blocks, `row_bytes` apart in
-/// `w`, and the rounded activation rows.
-pub(super) struct Operands<'a> {
-    pub t: GgufType,
-    pub w: &'a [u8],
-    pub row_bytes: usize,
-    pub blocks: usize,
-    pub a: &'a Q8Rows,
-}
-
-/// The sums of one tile, `acc[c][r]` for weight row `j0 + c` and activation row `m0 + r`.
-pub(super) type Acc = [[f32; ROW_TILE]; COL_TILE];
-
-/// One tile: `acc[c][r] = Σ_k w[j0 + c, k]·x[m0 + r, k]` for `c < cols ≤ COL_TILE` and
-/// `r < rows ≤ ROW_TILE`; called with `(operands, j0, cols, m0, rows, acc)`.
-pub(super) type Tile = fn(&Operands, usize, usize, usize, usize, &mut Acc);
-
-/// `out [rows, n] = x [rows, k] · wᵀ` for `n` rows of `k / 32` blocks of `t` in `w`, each
-/// tile of output computed by `tile`. The caller checked `k % 32 == 0` and every length.
-pub(super) fn matmul(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize, out: &mut [f32], tile: Tile) {
-    if n == 0 || out.is_empty() {
-        return;
-    }
-    let rows = out.len() / n;
-    let blocks = k / QK;
-    let acts = quantize(x);
-    let ops = Operands { t, w, row_bytes: blocks * block_bytes(t), blocks, a: &acts };
-    let per_task = if rows * n * k < PAR_FLOPS { n } else { n.div_ceil(8 * rayon::current_num_threads()).next_multiple_of(COL_TILE) };
-    let dst = OutCols(out.as_mut_ptr());
-    let task = |j0: usize| {
-        let mut acc = [[0f32; ROW_TILE]; COL_TILE];
-        for c0 in (j0..n.min(j0 + per_task)).step_by(COL_TILE) {
-            let cols = COL_TILE.min(n - c0);
-            for m0 in (0..rows).step_by(ROW_TILE) {
-                let h = ROW_TILE.min(rows - m0);
-                tile(&ops, c0, cols, m0, h, &mut acc);
-                for (c, sums) in acc.iter().enumerate().take(cols) {
-                    for (r, &v) in sums.iter().enumerate().take(h) {
-                        // Safety: `(m0 + r, c0 + c)` lies inside `out` (`rows × n`), and only
-                        // the task owning columns `j0 .. j0 + per_task` writes column `c0 + c`.
-                        unsafe { *dst.at((m0 + r) * n + c0 + c) = v };
-                    }
-                }
-            }
-        }
-    };
-    let tasks = n.div_ceil(per_task);
-    if tasks > 1 {
-        (0..tasks).into_par_iter().for_each(|i| task(i * per_task));
-    } else {
-        task(0);
-    }
-}
-
-/// The output's base pointer, shared by tasks that write disjoint columns.
-struct OutCols(*mut f32);
-// Safety: each column of the output is written by exactly one task (see `matmul`).
-unsafe impl Sync for OutCols {}
-
-impl OutCols {
-    fn at(&self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
-    }
-}
-
-/// The weight codes of one block of `t` as integers (`Q4_0`'s already offset by −8).
-fn codes(t: GgufType, blk: &[u8]) -> [i32; QK] {
-    let mut c = [0i32; QK];
-    match t {
-        GgufType::Q8_0 => {
-            for (c, &b) in c.iter_mut().zip(&blk[2..]) {
-                *c = i32::from(b as i8);
-            }
-        }
-        _ => {
-            let (qs, offset) = if t == GgufType::Q4_1 { (&blk[4..20], 0) } else { (&blk[2..18], 8) };
-            for (i, &b) in qs.iter().enumerate() {
-                c[i] = i32::from(b & 15) - offset;
-                c[i + 16] = i32::from(b >> 4) - offset;
-            }
-        }
-    }
-    c
-}
-
-/// The f16 at the start of `b` as f32.
-fn f16_at(b: &[u8]) -> f32 {
-    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
-}
-
-/// The portable [`Tile`].
-pub(super) fn tile_portable(o: &Operands, j0: usize, cols: usize, m0: usize, rows: usize, acc: &mut Acc) {
-    let bb = block_bytes(o.t);
-    for (c, acc) in acc.iter_mut().enumerate().take(cols) {
-        let w = &o.w[(j0 + c) * o.row_bytes..][..o.row_bytes];
-        acc[..rows].fill(0.0);
-        for (b, blk) in w.chunks_exact(bb).enumerate() {
-            let (dw, codes) = (f16_at(blk), codes(o.t, blk));
-            let min = if o.t == GgufType::Q4_1 { f16_at(&blk[2..]) } else { 0.0 };
-            for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-                let xi = (m0 + r) * o.blocks + b;
-                let xq = &o.a.q[xi * QK..(xi + 1) * QK];
-                let sum: i32 = codes.iter().zip(xq).map(|(&w, &x)| w * i32::from(x)).sum();
-                *acc += dw * o.a.d[xi] * sum as f32 + min * o.a.s[xi];
-            }
-        }
     }
 }
 
@@ -288,7 +176,7 @@ pub(super) mod tests {
         let r = quantize(&x);
         assert_eq!(&r.q[..6], &[127, 2, -4, 0, 0, 1]);
         assert_eq!(r.q[31], -127);
-        assert_eq!((r.d[0], r.s[0]), (1.0, -1.0));
+        assert_eq!((r.d[0], r.s[0], r.sum[0]), (1.0, -1.0, -1));
         // 1/3 is not an f16: the stored scale is rounded, the codes use the exact one.
         let third: Vec<f32> = (0..QK).map(|i| if i == 0 { 127.0 / 3.0 } else { 10.0 / 3.0 }).collect();
         let r = quantize(&third);
@@ -297,18 +185,5 @@ pub(super) mod tests {
         assert_eq!(r.s[0], f16::from_f32((127.0 + 31.0 * 10.0) / 3.0).to_f32());
         let zero = quantize(&[0.0; QK]);
         assert!(zero.q.iter().all(|&q| q == 0) && zero.d[0] == 0.0 && zero.s[0] == 0.0);
-    }
-
-    #[test]
-    fn portable_kernel_matches_the_f64_reference() {
-        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
-            for (rows, n, k) in [(1, 7, 64), (1, 8, 32), (2, 4, 32), (6, 8, 64), (7, 5, 96), (63, 3, 32), (129, 9, 128), (5, 300, 256)] {
-                let w = weight_blocks(t, n * k / QK, (rows * n + k) as u32);
-                let x = activations(rows * k, (3 * rows + n) as u32);
-                let mut got = vec![f32::NAN; rows * n];
-                matmul(t, &x, &w, n, k, &mut got, tile_portable);
-                close(&got, &reference(t, &x, &w, n, k), &format!("{t:?} {rows}×{n}×{k}"));
-            }
-        }
     }
 }

@@ -1,0 +1,263 @@
+//! `Q4_0`, `Q4_1` and `Q8_0` weights laid out for the `Q8Blocks` product: rows in panels of
+//! [`PANEL`], and in each block of a panel the rows' f16 scales (and `Q4_1` minimums) side by
+//! side, then their codes interleaved four bytes at a time. One 32-byte load then holds four
+//! bytes of codes of each of the 8 rows; an integer dot product against four activation codes
+//! broadcast to all lanes sums each row in its own lane, and the scales multiply 8 rows at
+//! once — no horizontal sums (llama.cpp's single-row dot products need one per block).
+//!
+//! The layout is a permutation of the GGUF bytes ([`Panels::unpack`] restores them); a last
+//! panel short of rows is padded with zero blocks. The executor lays a weight out once
+//! (`dispatch::prepack`); a product given the GGUF bytes lays them out per call.
+
+use super::q8::{block_bytes, quantize, supports, Q8Rows, QK, ROW_TILE};
+use rayon::prelude::*;
+use rlx_ir::ops::quant::GgufType;
+
+/// Weight rows per panel: the i32 lanes of one 256-bit register.
+pub(super) const PANEL: usize = 8;
+/// Multiply-adds below which a product runs on one thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// The sums of one call of a [`Kernel`]: `[activation row][row of the panel]`.
+pub(super) type Sums = [[f32; PANEL]; ROW_TILE];
+
+/// Computes panel `p` against activation rows `m0 .. m0 + rows` (`1 ≤ rows ≤ ROW_TILE`) into
+/// the first `rows` entries of the sums.
+pub(super) type Kernel = fn(&Panels, usize, &Q8Rows, usize, usize, &mut Sums);
+
+/// A GGUF weight of `n` rows of `blocks` blocks in the panel layout.
+#[derive(Debug)]
+pub struct Panels {
+    pub(super) t: GgufType,
+    n: usize,
+    pub(super) blocks: usize,
+    /// Bytes per panel block: `16` per f16 header row (scales, `Q4_1` minimums) and
+    /// `8 × codes` of the rows' code bytes.
+    pub(super) block_len: usize,
+    pub(super) data: Vec<u8>,
+}
+
+/// `(f16 values before the codes, code bytes)` of one GGUF block of `t`.
+fn parts(t: GgufType) -> (usize, usize) {
+    match t {
+        GgufType::Q4_1 => (2, 16),
+        GgufType::Q4_0 => (1, 16),
+        _ => (1, 32),
+    }
+}
+
+impl Panels {
+    /// Lays out `w`, `n` rows of `k` weights of type `t` (GGUF `Q4_0`, `Q4_1` or `Q8_0`).
+    pub fn new(t: GgufType, w: &[u8], n: usize, k: usize) -> Result<Panels, String> {
+        if !supports(t) {
+            return Err(format!("the Q8Blocks product needs Q4_0, Q4_1 or Q8_0 weights, got {t:?}"));
+        }
+        if !k.is_multiple_of(QK) {
+            return Err(format!("k = {k} is not a whole number of {QK}-blocks"));
+        }
+        let (blocks, bb) = (k / QK, block_bytes(t));
+        if w.len() != n * blocks * bb {
+            return Err(format!("the {t:?} weight holds {} bytes, but {n} rows of k = {k} need {}", w.len(), n * blocks * bb));
+        }
+        let (heads, codes) = parts(t);
+        let block_len = 16 * heads + PANEL * codes;
+        let mut p = Panels { t, n, blocks, block_len, data: vec![0; n.div_ceil(PANEL) * blocks * block_len] };
+        for (j, row) in w.chunks_exact(blocks * bb).enumerate() {
+            for (b, src) in row.chunks_exact(bb).enumerate() {
+                let (dst, lane) = p.block_mut(j, b);
+                for h in 0..heads {
+                    dst[16 * h + 2 * lane..][..2].copy_from_slice(&src[2 * h..2 * h + 2]);
+                }
+                for (i, four) in src[2 * heads..].chunks_exact(4).enumerate() {
+                    dst[16 * heads + 32 * i + 4 * lane..][..4].copy_from_slice(four);
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// The GGUF bytes again, row after row.
+    pub fn unpack(&self) -> Vec<u8> {
+        let (heads, _) = parts(self.t);
+        let bb = block_bytes(self.t);
+        let mut w = vec![0; self.n * self.blocks * bb];
+        for (j, row) in w.chunks_exact_mut(self.blocks * bb).enumerate() {
+            for (b, dst) in row.chunks_exact_mut(bb).enumerate() {
+                let (src, lane) = self.block(j, b);
+                for h in 0..heads {
+                    dst[2 * h..2 * h + 2].copy_from_slice(&src[16 * h + 2 * lane..][..2]);
+                }
+                for (i, four) in dst[2 * heads..].chunks_exact_mut(4).enumerate() {
+                    four.copy_from_slice(&src[16 * heads + 32 * i + 4 * lane..][..4]);
+                }
+            }
+        }
+        w
+    }
+
+    /// Row `j`'s panel block `b` and `j`'s lane in it.
+    fn block(&self, j: usize, b: usize) -> (&[u8], usize) {
+        let at = (j / PANEL * self.blocks + b) * self.block_len;
+        (&self.data[at..at + self.block_len], j % PANEL)
+    }
+
+    fn block_mut(&mut self, j: usize, b: usize) -> (&mut [u8], usize) {
+        let at = (j / PANEL * self.blocks + b) * self.block_len;
+        (&mut self.data[at..at + self.block_len], j % PANEL)
+    }
+
+    /// `k`, the weights per row.
+    pub fn k(&self) -> usize {
+        self.blocks * QK
+    }
+
+    /// `n`, the rows.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// `out [rows, n] = x [rows, k] · wᵀ`, each activation row rounded to 8-bit blocks first;
+    /// `x` and `out` must hold whole rows of `k` and `n`.
+    pub(super) fn matmul(&self, x: &[f32], out: &mut [f32], kernel: Kernel) {
+        let n = self.n;
+        if n == 0 || out.is_empty() {
+            return;
+        }
+        let rows = out.len() / n;
+        let acts = quantize(x);
+        let panels = n.div_ceil(PANEL);
+        let per_task = if rows * n * self.k() < PAR_FLOPS { panels } else { panels.div_ceil(8 * rayon::current_num_threads()) };
+        let dst = OutCols(out.as_mut_ptr());
+        let task = |p0: usize| {
+            let mut sums = [[0f32; PANEL]; ROW_TILE];
+            for p in p0..panels.min(p0 + per_task) {
+                let width = PANEL.min(n - p * PANEL);
+                for m0 in (0..rows).step_by(ROW_TILE) {
+                    let h = ROW_TILE.min(rows - m0);
+                    kernel(self, p, &acts, m0, h, &mut sums);
+                    for (r, row) in sums.iter().enumerate().take(h) {
+                        // Safety: row `m0 + r` < `rows` and columns `p·8 .. p·8 + width` ≤ `n` lie
+                        // inside `out`, and only the task owning panel `p` writes them.
+                        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst.at((m0 + r) * n + p * PANEL), width) };
+                    }
+                }
+            }
+        };
+        let tasks = panels.div_ceil(per_task);
+        if tasks > 1 {
+            (0..tasks).into_par_iter().for_each(|i| task(i * per_task));
+        } else {
+            task(0);
+        }
+    }
+}
+
+/// The output's base pointer, shared by tasks that write disjoint panels' columns.
+struct OutCols(*mut f32);
+// Safety: each column of the output is written by exactly one task (see `Panels::matmul`).
+unsafe impl Sync for OutCols {}
+
+impl OutCols {
+    fn at(&self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// The f16 at the start of `b` as f32.
+fn f16_at(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// The portable [`Kernel`]: per row of the panel, the exact integer sum of each block (code
+/// `e` of a lane sits in the byte `e mod 16` of its four-byte chunks, high nibble from 16 on),
+/// then the same f32 steps as the SIMD kernels, so all give the same bits.
+pub(super) fn kernel_portable(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums) {
+    let (heads, _) = parts(w.t);
+    let code = |blk: &[u8], lane: usize, e: usize| -> i32 {
+        match w.t {
+            GgufType::Q8_0 => i32::from(blk[16 + 32 * (e / 4) + 4 * lane + e % 4] as i8),
+            _ => i32::from((blk[16 * heads + 32 * (e % 16 / 4) + 4 * lane + e % 4] >> (4 * (e / 16))) & 15),
+        }
+    };
+    for (r, acc) in out.iter_mut().enumerate().take(rows) {
+        acc.fill(0.0);
+        for b in 0..w.blocks {
+            let xi = (m0 + r) * w.blocks + b;
+            let xq = &a.q[xi * QK..(xi + 1) * QK];
+            let blk = &w.data[(p * w.blocks + b) * w.block_len..][..w.block_len];
+            for (lane, acc) in acc.iter_mut().enumerate() {
+                let mut s: i32 = (0..QK).map(|e| code(blk, lane, e) * i32::from(xq[e])).sum();
+                if w.t == GgufType::Q4_0 {
+                    s -= 8 * a.sum[xi];
+                }
+                *acc = (s as f32).mul_add(f16_at(&blk[2 * lane..]) * a.d[xi], *acc);
+                if w.t == GgufType::Q4_1 {
+                    *acc = f16_at(&blk[16 + 2 * lane..]).mul_add(a.s[xi], *acc);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::q8::tests::{activations, close, reference, weight_blocks};
+    use super::*;
+
+    const SHAPES: [(usize, usize, usize); 9] =
+        [(1, 7, 64), (1, 8, 32), (2, 4, 32), (6, 8, 64), (7, 5, 96), (63, 3, 32), (129, 9, 128), (5, 300, 256), (1, 1000, 32)];
+
+    #[test]
+    fn the_layout_unpacks_to_the_gguf_bytes() {
+        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+            for (n, k) in [(1, 32), (7, 64), (8, 32), (9, 96), (17, 256)] {
+                let w = weight_blocks(t, n * k / QK, (n + k) as u32);
+                assert_eq!(Panels::new(t, &w, n, k).unwrap().unpack(), w, "{t:?} {n}×{k}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_weights_are_errors() {
+        let w = weight_blocks(GgufType::Q4_1, 4, 1);
+        assert!(Panels::new(GgufType::Q4_1, &w, 2, 64).is_ok());
+        assert!(Panels::new(GgufType::Q4_1, &w, 3, 64).unwrap_err().contains("need"));
+        assert!(Panels::new(GgufType::Q4_1, &w[..40], 2, 48).unwrap_err().contains("32-blocks"));
+        assert!(Panels::new(GgufType::Q4_K, &w, 2, 64).unwrap_err().contains("Q4_K"));
+    }
+
+    #[test]
+    fn portable_kernel_matches_the_f64_reference() {
+        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+            for (rows, n, k) in SHAPES {
+                let w = weight_blocks(t, n * k / QK, (rows * n + k) as u32);
+                let x = activations(rows * k, (3 * rows + n) as u32);
+                let mut got = vec![f32::NAN; rows * n];
+                Panels::new(t, &w, n, k).unwrap().matmul(&x, &mut got, kernel_portable);
+                close(&got, &reference(t, &x, &w, n, k), &format!("{t:?} {rows}×{n}×{k}"));
+            }
+        }
+    }
+
+    /// Every kernel this CPU runs gives the portable kernel's bits, a row alone the same as in
+    /// a tile of rows.
+    #[test]
+    fn every_kernel_gives_the_portable_bits_alone_and_in_tiles() {
+        for (name, kernel) in super::super::q8_simd::available() {
+            for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+                for (rows, n, k) in SHAPES {
+                    let w = weight_blocks(t, n * k / QK, (rows + 5 * n + k) as u32);
+                    let x = activations(rows * k, (7 * rows + n) as u32);
+                    let panels = Panels::new(t, &w, n, k).unwrap();
+                    let (mut got, mut portable) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
+                    panels.matmul(&x, &mut got, kernel);
+                    panels.matmul(&x, &mut portable, kernel_portable);
+                    assert_eq!(got, portable, "{name} {t:?} {rows}×{n}×{k}");
+                    let mut last = vec![f32::NAN; n];
+                    panels.matmul(&x[(rows - 1) * k..], &mut last, kernel);
+                    assert_eq!(last, got[(rows - 1) * n..], "{name} {t:?} {rows}×{n}×{k}: the last row alone");
+                }
+            }
+        }
+    }
+}
