@@ -33,16 +33,38 @@ pub fn run_in_place(op: &Op, state: &mut Out, ins: &[In], outs: &mut [Out]) -> R
 }
 
 /// The operand of `op` that its kernel can also take pre-packed ([`matmul::PackedB`]) when it
-/// is a 2-D f32 weight: `b` of `MatMul` and `FusedMatMulBiasAct`.
+/// is an f32 weight: `b` of `MatMul` and `FusedMatMulBiasAct`, `w` of `Conv` and
+/// `FusedConvBiasAct`.
 pub fn packable_operand(op: &Op) -> Option<usize> {
-    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_)).then_some(1)
+    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_) | Op::Conv(_) | Op::FusedConvBiasAct(_)).then_some(1)
 }
 
-/// [`run`] with the [`packable_operand`] also given pre-packed ([`matmul::prepack`]).
+/// Whether `op`'s [`packable_operand`] of shape `w`, with a first operand of shape `a`, is
+/// worth packing once: a 2-D `b` multiplied by more than [`matmul::FEW_ROWS`] rows (fewer are
+/// read unpacked), the weight of an ungrouped conv.
+pub fn packs(op: &Op, a: &[usize], w: &[usize]) -> bool {
+    match op {
+        Op::Conv(c) => c.groups == 1 && w.len() >= 3,
+        Op::FusedConvBiasAct(c) => c.groups == 1 && w.len() >= 3,
+        _ => w.len() == 2 && a[..a.len().saturating_sub(1)].iter().product::<usize>() > matmul::FEW_ROWS,
+    }
+}
+
+/// Packs `op`'s f32 [`packable_operand`] `w` once, as [`run_prepacked`] reads it.
+pub fn prepack(op: &Op, w: In) -> matmul::PackedB {
+    match op {
+        Op::Conv(_) | Op::FusedConvBiasAct(_) => conv::prepack(w.get::<f32>(), w.dims),
+        _ => matmul::prepack(w),
+    }
+}
+
+/// [`run`] with the [`packable_operand`] also given pre-packed ([`prepack`]).
 pub fn run_prepacked(op: &Op, ins: &[In], packed: &matmul::PackedB, outs: &mut [Out]) -> Result<(), String> {
     match op {
         Op::MatMul(_) => matmul::matmul_prepacked(ins[0], ins[1], packed, &mut outs[0]),
         Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], Some(packed), ins[2], &mut outs[0]),
+        Op::Conv(a) => conv::conv_prepacked(a, ins[0], ins[1], packed, &mut outs[0]),
+        Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, Some(packed), &mut outs[0]),
         _ => run(op, ins, outs),
     }
 }
@@ -162,7 +184,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         // fused
         Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], None, ins[2], out),
         Op::FusedSwiGLU(a) => fused::swiglu(a.gate_first, ins[0], out),
-        Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, out),
+        Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, None, out),
         Op::FusedResidualLN(a) => fused::residual_layer_norm(a, ins, out),
         Op::FusedResidualRmsNorm(a) => fused::residual_rms_norm(a, ins, out),
         Op::ElementwiseRegion(r) => fused::elementwise_region(r, ins, out),

@@ -6,15 +6,15 @@
 //! persists across runs like a training step's weights; when its output is the state itself
 //! (`dispatch::output_is_state`) consumers read the parameter directly, with no copy.
 //!
-//! Weights: a matmul whose `b` is a 2-D f32 parameter or constant (`dispatch::packable_operand`)
-//! gets it packed for the GEMM once, on first use — per parameter across plans, again only
+//! Weights: a matmul whose `b` is a 2-D f32 parameter or constant, or a conv whose `w` is one
+//! (`dispatch::packable_operand`, `dispatch::packs`), gets it packed for the GEMM once, on first use — per parameter across plans, again only
 //! after `set_param` replaces it; per constant in its plan — and not for few-row products,
 //! which read `b` unpacked. Parameters that a node updates in place are never packed. A
 //! parameter that the running plan reads only packed keeps no unpacked copy (so weights take
 //! their memory once); `param` and plans that read it unpacked unpack it again.
 
 use crate::dispatch;
-use crate::kernels::matmul::{self, PackedB};
+use crate::kernels::matmul::PackedB;
 use crate::view::{In, Out};
 use rlx_ir::{Graph, NodeId, Op};
 use rlx_opt::memory::{self, Interval};
@@ -194,16 +194,14 @@ fn unpacked_params(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], steps: &[Step])
 }
 
 /// The slot of node `id`'s weight to pre-pack: its [`dispatch::packable_operand`] when that is
-/// a 2-D f32 parameter or constant multiplied by an f32 `a` of more than
-/// [`matmul::FEW_ROWS`] rows.
+/// an f32 parameter or constant read with an f32 `a` and [`dispatch::packs`] says it pays.
 fn weight_slot(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], id: NodeId) -> Option<Slot> {
     let node = g.node(id);
     let (a, b) = (node.inputs.first()?, node.inputs.get(dispatch::packable_operand(&node.op)?)?);
     let (slot, dims) = &slots[b.node.index()][b.output as usize];
     let a_dims = &slots[a.node.index()][a.output as usize].1;
-    let rows: usize = a_dims[..a_dims.len().saturating_sub(1)].iter().product();
     let f32s = g.ty(*a).dtype == rlx_ir::DType::F32 && g.ty(*b).dtype == rlx_ir::DType::F32;
-    (matches!(slot, Slot::Param(_) | Slot::Const(_)) && f32s && dims.len() == 2 && rows > matmul::FEW_ROWS).then_some(*slot)
+    (matches!(slot, Slot::Param(_) | Slot::Const(_)) && f32s && dispatch::packs(&node.op, a_dims, dims)).then_some(*slot)
 }
 
 /// The parameter node `id` updates in place: its first operand, when the op has a state kernel
@@ -268,7 +266,7 @@ impl Plan {
             };
             match bytes {
                 Some(bytes) if target.is_none() && bytes.len() == dims.iter().product::<usize>() * 4 => {
-                    *target = Some(matmul::prepack(In { dtype: rlx_ir::DType::F32, dims, bytes }));
+                    *target = Some(dispatch::prepack(&node.op, In { dtype: rlx_ir::DType::F32, dims, bytes }));
                 }
                 _ => {}
             }
