@@ -51,19 +51,24 @@ impl Packed {
 }
 
 /// The operand of `op` that its kernel can also take pre-packed ([`Packed`]): `b` of
-/// `MatMul`, `FusedMatMulBiasAct` and `DequantMatMul`, when [`packs`] says so.
+/// `MatMul`, `FusedMatMulBiasAct` and `DequantMatMul`, `w` of `Conv` and `FusedConvBiasAct`,
+/// when [`packs`] says so.
 pub fn packable_operand(op: &Op) -> Option<usize> {
-    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_) | Op::DequantMatMul(_)).then_some(1)
+    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_) | Op::DequantMatMul(_) | Op::Conv(_) | Op::FusedConvBiasAct(_)).then_some(1)
 }
 
 /// Whether `op`, with first operand `a` and weight `b` (dtype and dims of each), reads `b`
 /// laid out ([`prepack`]): a 2-D f32 `b` under more than [`matmul::FEW_ROWS`] rows of `a`
-/// (few-row products read `b` as it is), or a `Q8Blocks` product's GGUF weight.
+/// (few-row products read `b` as it is), an ungrouped f32 conv's weight, or a `Q8Blocks`
+/// product's GGUF weight.
 pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
+    let f32s = a.0 == DType::F32 && b.0 == DType::F32;
     match op {
+        Op::Conv(c) => f32s && c.groups == 1 && b.1.len() >= 3,
+        Op::FusedConvBiasAct(c) => f32s && c.groups == 1 && b.1.len() >= 3,
         Op::MatMul(_) | Op::FusedMatMulBiasAct(_) => {
             let rows: usize = a.1[..a.1.len().saturating_sub(1)].iter().product();
-            a.0 == DType::F32 && b.0 == DType::F32 && b.1.len() == 2 && rows > matmul::FEW_ROWS
+            f32s && b.1.len() == 2 && rows > matmul::FEW_ROWS
         }
         Op::DequantMatMul(d) => d.activations == Activations::Q8Blocks && d.scheme.gguf().is_some(),
         _ => false,
@@ -75,9 +80,9 @@ pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
 pub fn prepack(op: &Op, b: In, out_dims: &[usize]) -> Option<Packed> {
     match op {
         Op::DequantMatMul(d) => quant::prepack(d, b, *out_dims.last()?)?.ok().map(Packed::Quant),
-        _ if b.dtype == DType::F32 && b.dims.len() == 2 && b.bytes.len() == b.dims.iter().product::<usize>() * 4 => {
-            Some(Packed::Gemm(matmul::prepack(b)))
-        }
+        _ if b.dtype != DType::F32 || b.bytes.len() != b.dims.iter().product::<usize>() * 4 => None,
+        Op::Conv(_) | Op::FusedConvBiasAct(_) => Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims))),
+        _ if b.dims.len() == 2 => Some(Packed::Gemm(matmul::prepack(b))),
         _ => None,
     }
 }
@@ -88,6 +93,8 @@ pub fn run_prepacked(op: &Op, ins: &[In], packed: &Packed, outs: &mut [Out]) -> 
     match (op, packed) {
         (Op::MatMul(_), Packed::Gemm(p)) => matmul::matmul_prepacked(ins[0], ins[1], p, &mut outs[0]),
         (Op::FusedMatMulBiasAct(a), Packed::Gemm(p)) => fused::matmul_bias_act(a.activation, ins[0], ins[1], Some(p), ins[2], &mut outs[0]),
+        (Op::Conv(a), Packed::Gemm(p)) => conv::conv_prepacked(a, ins[0], ins[1], p, &mut outs[0]),
+        (Op::FusedConvBiasAct(a), Packed::Gemm(p)) => conv::conv_bias_act(a, ins, Some(p), &mut outs[0]),
         (Op::DequantMatMul(_), Packed::Quant(p)) => quant::dequant_matmul_prepacked(p, ins, &mut outs[0]),
         _ => run(op, ins, outs),
     }
@@ -208,7 +215,7 @@ pub fn run(op: &Op, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
         // fused
         Op::FusedMatMulBiasAct(a) => fused::matmul_bias_act(a.activation, ins[0], ins[1], None, ins[2], out),
         Op::FusedSwiGLU(a) => fused::swiglu(a.gate_first, ins[0], out),
-        Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, out),
+        Op::FusedConvBiasAct(a) => conv::conv_bias_act(a, ins, None, out),
         Op::FusedResidualLN(a) => fused::residual_layer_norm(a, ins, out),
         Op::FusedResidualRmsNorm(a) => fused::residual_rms_norm(a, ins, out),
         Op::ElementwiseRegion(r) => fused::elementwise_region(r, ins, out),

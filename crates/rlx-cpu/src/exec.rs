@@ -6,8 +6,9 @@
 //! persists across runs like a training step's weights; when its output is the state itself
 //! (`dispatch::output_is_state`) consumers read the parameter directly, with no copy.
 //!
-//! Weights: a matmul whose weight is a parameter or constant that its kernel takes laid out
-//! (`dispatch::packs`: an f32 `b` under more than a few rows, a quantized `Q8Blocks` weight)
+//! Weights: a matmul or conv whose weight is a parameter or constant that its kernel takes
+//! laid out (`dispatch::packs`: an f32 `b` under more than a few rows, an ungrouped f32 conv
+//! weight, a quantized `Q8Blocks` weight)
 //! gets it laid out once, on first use — per parameter across plans, again only after
 //! `set_param` replaces it; per constant in its plan. Parameters that a node updates in place
 //! are never packed. A parameter that the running plan reads only packed keeps no unpacked

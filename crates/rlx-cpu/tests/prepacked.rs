@@ -1,6 +1,7 @@
 //! Weights packed once per compiled graph: `MatMul` and the fused matmul + bias + activation
-//! against a float64 product written here, with the weight a parameter (before and after
-//! `set_param` replaces it) and a constant.
+//! against a float64 product written here, `Conv` and the fused conv + bias + activation
+//! against a float64 cross-correlation, with the weight a parameter (before and after
+//! `set_param` replaces it, and read back) and a constant.
 
 mod common;
 
@@ -88,5 +89,69 @@ fn a_weight_held_only_packed_reads_back_and_serves_few_row_runs() {
         let out = c.run(&[("x", &Tensor::from_vec(xs.clone(), &[rows, K]).unwrap())]).unwrap();
         assert_near(&out[0], &product(&xs, &ws, K, N), &format!("{rows} rows, round {round}"));
         assert_eq!(c.param("w").unwrap().to_vec::<f32>().unwrap(), ws, "the weight read back after round {round}");
+    }
+}
+
+/// Cross-correlation of `x [c_in, h, w]` with `w [c_out, c_in, k, k]` at `stride`, padding
+/// `k / 2`, in float64: `[c_out, h_o, w_o]`.
+fn conv(x: &[f32], [c_in, h, wd]: [usize; 3], w: &[f32], [c_out, k]: [usize; 2], stride: usize) -> Vec<f64> {
+    let (p, o) = (k / 2, |e: usize| (e + 2 * (k / 2) - k) / stride + 1);
+    let (ho, wo) = (o(h), o(wd));
+    let mut out = vec![0.0; c_out * ho * wo];
+    for oc in 0..c_out {
+        for i in 0..ho {
+            for j in 0..wo {
+                let mut acc = 0.0;
+                for ci in 0..c_in {
+                    for (di, dj) in (0..k).flat_map(|di| (0..k).map(move |dj| (di, dj))) {
+                        let (y, x_) = ((i * stride + di).wrapping_sub(p), (j * stride + dj).wrapping_sub(p));
+                        if y < h && x_ < wd {
+                            acc += f64::from(x[(ci * h + y) * wd + x_]) * f64::from(w[((oc * c_in + ci) * k + di) * k + dj]);
+                        }
+                    }
+                }
+                out[(oc * ho + i) * wo + j] = acc;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn conv_weights_pack_once_and_read_back() {
+    use rlx_ir::ops::conv::Conv;
+    use rlx_ir::ops::fused::FusedConvBiasAct;
+    let ([c_in, h, wd], [c_out, k]) = ([65, 11, 9], [13, 3]);
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::of(DType::F32, &[1, c_in, h, wd]));
+    let w = g.param("w", TensorType::of(DType::F32, &[c_out, c_in, k, k]));
+    let b = g.param("b", TensorType::of(DType::F32, &[c_out]));
+    let wc_values = randn(7 * c_in, 3);
+    let wc = g.constant_f32(&[7, c_in, 1, 1], &wc_values).unwrap();
+    let window = |k: usize, stride: usize| (vec![k, k], vec![stride, stride], vec![k / 2, k / 2], vec![1, 1]);
+    let (kernel_size, stride, padding, dilation) = window(k, 1);
+    let attrs = FusedConvBiasAct { kernel_size, stride, padding, dilation, groups: 1, activation: Some(ActivationKind::Relu), has_residual: false };
+    let fused = g.fused_conv_bias_act(attrs, x, w, b, None).unwrap();
+    let (kernel_size, stride, padding, dilation) = window(1, 2);
+    let plain = g.conv(x, wc, Conv { kernel_size, stride, padding, dilation, groups: 1 }).unwrap();
+    g.set_outputs(vec![fused, plain]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let bias = randn(c_out, 4);
+    c.set_param("b", Tensor::from_vec(bias.clone(), &[c_out]).unwrap()).unwrap();
+    let xs = randn(c_in * h * wd, 5);
+    let xt = Tensor::from_vec(xs.clone(), &[1, c_in, h, wd]).unwrap();
+    for round in 0..3u64 {
+        // Rounds 0 and 1 share a weight (the packed one is reused); round 2 replaces it.
+        let ws = randn(c_out * c_in * k * k, 10 + round / 2);
+        if round != 1 {
+            c.set_param("w", Tensor::from_vec(ws.clone(), &[c_out, c_in, k, k]).unwrap()).unwrap();
+        }
+        let out = c.run(&[("x", &xt)]).unwrap();
+        let o = h * wd;
+        let relu: Vec<f64> = conv(&xs, [c_in, h, wd], &ws, [c_out, k], 1).iter().enumerate().map(|(i, &v)| (v + f64::from(bias[i / o])).max(0.0)).collect();
+        assert_near(&out[0], &relu, &format!("conv + bias + ReLU, round {round}"));
+        assert_near(&out[1], &conv(&xs, [c_in, h, wd], &wc_values, [7, 1], 2), &format!("constant 1×1 weight, stride 2, round {round}"));
+        let back = c.param("w").unwrap();
+        assert_eq!((back.shape(), back.to_vec::<f32>().unwrap()), (&[c_out, c_in, k, k][..], ws), "the weight read back after round {round}");
     }
 }

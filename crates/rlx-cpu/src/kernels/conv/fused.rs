@@ -2,6 +2,7 @@
 
 use super::{conv, conv_f32, forward_channels, Finish, Geom};
 use crate::kernels::elementwise::{activation, binary};
+use crate::kernels::matmul::PackedB;
 use crate::view::{In, Out};
 use rlx_ir::ops::conv::Conv;
 use rlx_ir::ops::elementwise::BinaryOp;
@@ -9,18 +10,18 @@ use rlx_ir::ops::fused::FusedConvBiasAct;
 use rlx_ir::DType;
 
 /// `x [N, C_in, H, W]`, `w [C_out, C_in/g, kH, kW]`, `bias [C_out]` and, with
-/// `has_residual`, `residual` shaped as the output, all one float dtype. In f32 the bias,
+/// `has_residual`, `residual` shaped as the output, all one float dtype; `packed` is `w`
+/// packed once ([`super::prepack`]; f32 only, `w` may then be empty). In f32 the bias,
 /// residual and activation run in the GEMM's epilogue on each finished piece of the output;
 /// other dtypes run the `Conv`, `Add` and `Activation` kernels in turn (the decomposition).
-pub fn conv_bias_act(a: &FusedConvBiasAct, ins: &[In], out: &mut Out) -> Result<(), String> {
+pub fn conv_bias_act(a: &FusedConvBiasAct, ins: &[In], packed: Option<&PackedB>, out: &mut Out) -> Result<(), String> {
     let [x, w, bias] = [ins[0], ins[1], ins[2]];
     let residual = a.has_residual.then(|| ins[3]);
     if out.dtype == DType::F32 && ins.iter().all(|t| t.dtype == DType::F32) {
         let g = Geom::new(&x.dims[2..], &out.dims[2..], &a.kernel_size, &a.stride, &a.padding, &a.dilation);
         let ch = forward_channels(x.dims, w.dims, a.groups);
         let finish = Finish { bias: bias.get::<f32>(), residual: residual.map(|r| r.get::<f32>()), activation: a.activation };
-        conv_f32(x.get::<f32>(), w.get::<f32>(), out.get::<f32>(), ch, &g, Some(&finish));
-        return Ok(());
+        return conv_f32(x.get::<f32>(), w.get::<f32>(), out.get::<f32>(), ch, &g, Some(&finish), packed);
     }
     let attrs = Conv { kernel_size: a.kernel_size.clone(), stride: a.stride.clone(), padding: a.padding.clone(), dilation: a.dilation.clone(), groups: a.groups };
     conv(&attrs, x, w, out)?;
@@ -34,6 +35,16 @@ pub fn conv_bias_act(a: &FusedConvBiasAct, ins: &[In], out: &mut Out) -> Result<
         activation(kind, In { dtype: out.dtype, dims: out.dims, bytes: &y }, out)?;
     }
     Ok(())
+}
+
+/// `Conv` in f32 with its weight also given packed once ([`super::prepack`]; `w` may then be
+/// empty); other dtypes take [`conv`].
+pub fn conv_prepacked(a: &Conv, x: In, w: In, packed: &PackedB, out: &mut Out) -> Result<(), String> {
+    if out.dtype != DType::F32 || x.dtype != DType::F32 || w.dtype != DType::F32 {
+        return conv(a, x, w, out);
+    }
+    let g = Geom::new(&x.dims[2..], &out.dims[2..], &a.kernel_size, &a.stride, &a.padding, &a.dilation);
+    conv_f32(x.get::<f32>(), w.get::<f32>(), out.get::<f32>(), forward_channels(x.dims, w.dims, a.groups), &g, None, Some(packed))
 }
 
 /// `out ← out + b` through the `Add` kernel (broadcasting `b`).

@@ -14,19 +14,19 @@ mod fused;
 mod pool;
 mod resize;
 
-pub use fused::conv_bias_act;
+pub use fused::{conv_bias_act, conv_prepacked};
 pub use pool::{max_pool3d_backward, max_pool_backward, pool};
 pub use resize::resize_nearest;
 
 use super::elementwise::{act, gelu_in_place};
 use super::fused::per_act;
-use super::matmul::{gemm_slice, narrow, sgemm_with, widen, Epilogue, Mat, MatMut, Tile};
+use super::matmul::{gemm_slice, narrow, sgemm_filled, widen, Epilogue, Mat, MatMut, PackedB, Tile};
 use super::real::Real;
 use super::{by_size, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
 use rlx_ir::ops::elementwise::ActivationKind;
-use std::cell::RefCell;
+use std::ops::Range;
 use rlx_ir::ops::conv::{
     Conv, Conv2dBackwardInput, Conv2dBackwardWeight, Conv3d, Conv3dBackwardInput, Conv3dBackwardWeight, ConvTranspose2d,
     ConvTranspose3d, Im2Col,
@@ -153,15 +153,6 @@ pub fn im2col<T: Copy + Default>(x: &[T], c: usize, g: &Geom, col: &mut [T]) {
     }
 }
 
-/// [`im2col`] with the channels split over the rayon pool.
-fn im2col_par<T: Copy + Default + Send + Sync>(x: &[T], c: usize, g: &Geom, col: &mut [T]) {
-    let (bi, rows) = (g.big_cells(), g.taps() * g.small_cells());
-    if rows == 0 {
-        return;
-    }
-    col[..c * rows].par_chunks_mut(rows).enumerate().for_each(|(ci, rows)| im2col_plane(&x[ci * bi..(ci + 1) * bi], g, rows));
-}
-
 /// The `K` rows of one channel's plane: each line of `W` cells is a zero head, a run read from
 /// the plane (contiguous at stride 1) and a zero tail.
 fn im2col_plane<T: Copy + Default>(plane: &[T], g: &Geom, col: &mut [T]) {
@@ -238,10 +229,10 @@ pub struct Channels {
 /// Cross-correlation `out [N, C_out, small] = x [N, C_in, big] ⋆ w [C_out, C_in/g, K]`, per
 /// (image, group): `out_g [C_out/g, O] = w_g [C_out/g, C_in/g·K] × im2col(x_g)`. f32 runs on
 /// [`conv_f32`].
-pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &Geom) {
+pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &Geom) -> Result<(), String> {
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         let f = bytemuck::cast_slice::<T, f32>;
-        return conv_f32(f(x), f(w), bytemuck::cast_slice_mut::<T, f32>(out), ch, g, None);
+        return conv_f32(f(x), f(w), bytemuck::cast_slice_mut::<T, f32>(out), ch, g, None, None);
     }
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
@@ -258,6 +249,7 @@ pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &
             gemm_slice(cog, rows, o, wg, [rows, 1], &col, [o, 1], chunk, false);
         }
     });
+    Ok(())
 }
 
 /// What a fused conv does to its output once the product is in (`FusedConvBiasAct`):
@@ -287,26 +279,39 @@ impl Finish<'_> {
     }
 }
 
-thread_local! {
-    /// The column matrix of the conv running on this thread, kept between calls.
-    static COLUMNS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+/// Packs the weight `w [C_out, C_in, K]` of an ungrouped conv once, as [`conv_f32`] reads it:
+/// the rows of `[C_out, C_in·K]` in the GEMM's row panels. `dims` is the weight's shape.
+pub fn prepack(w: &[f32], dims: &[usize]) -> PackedB {
+    let (rows, cols) = (dims.first().copied().unwrap_or(0), dims.iter().skip(1).product());
+    PackedB::rows_of(Tile::best(), Mat::row_major(w, rows, cols), dims)
 }
 
-/// [`conv_forward`] in f32, optionally finished by `finish` inside the GEMM while each piece
-/// of the output is in cache. With as many (image, group) pieces as threads the pieces run
-/// side by side, each product on one thread; otherwise they run in turn with the window copy
-/// and the product each split over the pool (a batch of one image).
-pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>) {
+/// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)` on
+/// [`sgemm_filled`], with the weight's rows packed once (`packed`, from [`prepack`], for an
+/// ungrouped conv; else each group's rows packed here) and the windows written straight into
+/// the GEMM's panels ([`fill_windows`]). `finish` runs on each piece of the output while it
+/// is in cache. With as many (image, group) pieces as threads the pieces run side by side,
+/// each product on one thread; otherwise in turn, each product split over the pool.
+pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>, packed: Option<&PackedB>) -> Result<(), String> {
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
     let rows = cig * g.taps();
     if cog * o == 0 {
-        return;
+        return Ok(());
     }
+    let own: Vec<PackedB>;
+    let weights: Vec<&PackedB> = match packed {
+        Some(p) if ch.groups == 1 && p.dims().iter().product::<usize>() == cog * rows => vec![p],
+        Some(p) => return Err(format!("conv: weight packed as {:?} for {} groups of [{cog}, {rows}]", p.dims(), ch.groups)),
+        None => {
+            let group = |gi: usize| prepack(&w[gi * cog * rows..][..cog * rows], &[cog, rows]);
+            own = (0..ch.groups).map(group).collect();
+            own.iter().collect()
+        }
+    };
     let one = |ng: usize, chunk: &mut [f32], parallel: bool| {
         let (b, gi) = (ng / ch.groups, ng % ch.groups);
         let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
-        let wg = Mat { data: &w[gi * cog * rows..][..cog * rows], rows: cog, cols: rows, strides: [rows, 1] };
         let first = (b * ch.c_out + gi * cog) * o;
         let epilogue = |r: usize, c0: usize, y: &mut [f32]| {
             if let Some(f) = finish {
@@ -314,30 +319,104 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
             }
         };
         let epilogue: Option<Epilogue> = finish.is_some().then_some(&epilogue);
-        let c = MatMut::row_major(chunk, cog, o);
-        let done = if g.pointwise() {
-            sgemm_with(Tile::best(), wg, Mat::row_major(xs, rows, o), c, false, parallel, epilogue)
-        } else {
-            COLUMNS.with_borrow_mut(|col| {
-                col.resize(rows * o, 0.0);
-                if parallel {
-                    im2col_par(xs, cig, g, col);
-                } else {
-                    im2col(xs, cig, g, col);
-                }
-                sgemm_with(Tile::best(), wg, Mat::row_major(&col[..], rows, o), c, false, parallel, epilogue)
-            })
-        };
-        if let Err(e) = done {
-            panic!("conv: {e}");
-        }
+        let nr = weights[gi].tile().nr;
+        let fill = |p0: usize, kc: usize, cols: Range<usize>, panels: &mut [f32]| fill_windows(xs, g, nr, p0, kc, cols, panels);
+        sgemm_filled(weights[gi], o, &fill, MatMut::row_major(chunk, cog, o), parallel, epilogue)
     };
     let pieces = out.len() / (cog * o);
     let work = pieces * cog * rows * o;
     if pieces > 1 && pieces >= rayon::current_num_threads() && work >= PAR_MIN {
-        out.par_chunks_mut(cog * o).enumerate().for_each(|(i, c)| one(i, c, false));
+        out.par_chunks_mut(cog * o).enumerate().try_for_each(|(i, c)| one(i, c, false))
     } else {
-        out.chunks_mut(cog * o).enumerate().for_each(|(i, c)| one(i, c, true));
+        out.chunks_mut(cog * o).enumerate().try_for_each(|(i, c)| one(i, c, true))
+    }
+}
+
+/// Writes column tiles `cols` (of `nr` window positions each) of the window matrix of
+/// `x [c, big]` (row `(ci, tap)`, column = window position, as [`im2col`] lays it out), at
+/// rows `p0..p0 + kc`, into `panels` in the layout of the GEMM's packed `b`: per tile `kc × nr`
+/// floats, row-major, zeros outside `x` and past the last window position.
+fn fill_windows(x: &[f32], g: &Geom, nr: usize, p0: usize, kc: usize, cols: Range<usize>, panels: &mut [f32]) {
+    let (bi, o, taps) = (g.big_cells(), g.small_cells(), g.taps());
+    let ([_, bh, bw], [_, sh, sw], s) = (g.big, g.small, g.s[2]);
+    let (start, end) = (cols.start * nr, (cols.end * nr).min(o));
+    for p in 0..kc {
+        let (ci, tap) = ((p0 + p) / taps, (p0 + p) % taps);
+        let (kd, kh, kw) = (tap / (g.k[1] * g.k[2]), tap / g.k[2] % g.k[1], tap % g.k[2]);
+        let plane = &x[ci * bi..][..bi];
+        let mut out = Cursor { panels: &mut *panels, at: p * nr, lane: 0, nr, jump: (kc - 1) * nr };
+        if g.pointwise() {
+            out.copy(&plane[start..end]);
+        } else {
+            let (lo, hi, first) = g.inside(kw);
+            let (mut od, mut oh) = (start / sw / sh, start / sw % sh);
+            let mut l0 = start - start % sw;
+            while l0 < end {
+                let (a, b) = (start.max(l0), end.min(l0 + sw));
+                match g.src(0, od, kd).zip(g.src(1, oh, kh)) {
+                    None => out.zeros(b - a),
+                    Some((id, ih)) => {
+                        let (ia, ib) = ((l0 + lo).clamp(a, b), (l0 + hi).clamp(a, b));
+                        out.zeros(ia - a);
+                        if ib > ia {
+                            let from = (id * bh + ih) * bw + first + (ia - l0 - lo) * s;
+                            if s == 1 {
+                                out.copy(&plane[from..from + ib - ia]);
+                            } else {
+                                out.gather(&plane[from..], s, ib - ia);
+                            }
+                        }
+                        out.zeros(b - ib);
+                    }
+                }
+                l0 += sw;
+                oh += 1;
+                if oh == sh {
+                    (oh, od) = (0, od + 1);
+                }
+            }
+        }
+        out.zeros(cols.end * nr - end);
+    }
+}
+
+/// Writes one row of the GEMM's packed `b` in order of window position: `nr` floats into a
+/// panel, then on at the same row of the next panel (`jump` further).
+struct Cursor<'a> {
+    panels: &'a mut [f32],
+    at: usize,
+    lane: usize,
+    nr: usize,
+    jump: usize,
+}
+
+impl Cursor<'_> {
+    /// Writes the next `n` positions with `f(piece, done)`, piece by piece within a panel
+    /// (`done` positions written before the piece).
+    #[inline]
+    fn put(&mut self, n: usize, mut f: impl FnMut(&mut [f32], usize)) {
+        let mut done = 0;
+        while done < n {
+            let len = (self.nr - self.lane).min(n - done);
+            f(&mut self.panels[self.at..self.at + len], done);
+            (self.at, self.lane, done) = (self.at + len, self.lane + len, done + len);
+            if self.lane == self.nr {
+                (self.at, self.lane) = (self.at + self.jump, 0);
+            }
+        }
+    }
+
+    fn zeros(&mut self, n: usize) {
+        self.put(n, |piece, _| piece.fill(0.0));
+    }
+
+    fn copy(&mut self, src: &[f32]) {
+        self.put(src.len(), |piece, done| piece.copy_from_slice(&src[done..done + piece.len()]));
+    }
+
+    /// `n` values of `src` at stride `s`.
+    fn gather(&mut self, src: &[f32], s: usize, n: usize) {
+        self.put(n, |piece, done| piece.iter_mut().zip(src[done * s..].iter().step_by(s)).for_each(|(v, &x)| *v = x));
     }
 }
 
@@ -428,14 +507,14 @@ fn forward_channels(x: &[usize], w: &[usize], groups: usize) -> Channels {
 pub fn conv(a: &Conv, x: In, w: In, out: &mut Out) -> Result<(), String> {
     let g = Geom::new(&x.dims[2..], &out.dims[2..], &a.kernel_size, &a.stride, &a.padding, &a.dilation);
     let ch = forward_channels(x.dims, w.dims, a.groups);
-    floats2!(x, w, out, |x, w, o| conv_forward(x, w, o, ch, &g))
+    floats2!(x, w, out, |x, w, o| conv_forward(x, w, o, ch, &g)?)
 }
 
 /// `Conv3d` over NCDHW; the kernel size is read from `w [C_out, C_in/g, kD, kH, kW]`.
 pub fn conv3d(a: &Conv3d, x: In, w: In, out: &mut Out) -> Result<(), String> {
     let g = Geom::new(&x.dims[2..], &out.dims[2..], &w.dims[2..], &a.stride, &a.padding, &a.dilation);
     let ch = forward_channels(x.dims, w.dims, a.groups);
-    floats2!(x, w, out, |x, w, o| conv_forward(x, w, o, ch, &g))
+    floats2!(x, w, out, |x, w, o| conv_forward(x, w, o, ch, &g)?)
 }
 
 /// Channels of a transposed conv of `x [N, C_in, ..]` into `out [N, C_out, ..]`.
@@ -588,7 +667,7 @@ mod tests {
             let x = values(ch.n * ch.c_in * g.big_cells(), 1);
             let w = values(ch.c_out * ch.c_in / ch.groups * g.taps(), 2);
             let mut out = vec![0.0; ch.n * ch.c_out * g.small_cells()];
-            conv_forward(&x, &w, &mut out, ch, &g);
+            conv_forward(&x, &w, &mut out, ch, &g).unwrap();
             let want = conv_direct(&x, &w, ch, &g);
             for (a, b) in out.iter().zip(&want) {
                 assert!((a - b).abs() < 1e-12, "{a} vs {b} for {g:?}");
@@ -599,8 +678,10 @@ mod tests {
     #[test]
     fn f32_conv_with_its_epilogue_matches_the_direct_loop() {
         // Batches of one (split inside the GEMM) and of several (pieces side by side), windows
-        // hanging over every edge, strides, dilations and groups; f64 reference, then
-        // relu(y + bias[c] + residual).
+        // hanging over every edge, strides, dilations and groups; channels 1, 3, 7 and 65
+        // (65 × 9 taps: two blocks of the inner dimension), more window positions than one
+        // column task takes (above 512); the weight packed here per call and packed once on
+        // every tile the CPU has. f64 reference, then relu(y + bias[c] + residual).
         type Case = ([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3], Channels);
         let cases: &[Case] = &[
             ([1, 23, 21], [1, 7, 7], [1, 2, 2], [0, 3, 3], [1, 1, 1], Channels { n: 1, c_in: 3, c_out: 16, groups: 1 }),
@@ -609,6 +690,11 @@ mod tests {
             ([1, 9, 11], [1, 1, 1], [1, 2, 2], [0, 0, 0], [1, 1, 1], Channels { n: 1, c_in: 5, c_out: 7, groups: 1 }),
             ([1, 9, 11], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 2, c_in: 4, c_out: 6, groups: 2 }),
             ([1, 4, 5], [1, 3, 5], [1, 1, 1], [0, 2, 6], [1, 1, 3], Channels { n: 1, c_in: 2, c_out: 3, groups: 1 }),
+            ([1, 9, 8], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], Channels { n: 1, c_in: 1, c_out: 7, groups: 1 }),
+            ([1, 15, 13], [1, 3, 3], [1, 2, 2], [0, 1, 1], [1, 1, 1], Channels { n: 1, c_in: 65, c_out: 13, groups: 1 }),
+            ([1, 25, 23], [1, 3, 3], [1, 1, 1], [0, 2, 2], [1, 2, 2], Channels { n: 1, c_in: 7, c_out: 65, groups: 1 }),
+            ([1, 11, 13], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 3, c_in: 65, c_out: 3, groups: 1 }),
+            ([2, 7, 5], [2, 3, 1], [1, 1, 2], [1, 1, 0], [1, 2, 1], Channels { n: 1, c_in: 7, c_out: 5, groups: 1 }),
         ];
         for &(big, k, s, p, d, ch) in cases {
             let small: Vec<usize> = (0..3).map(|a| (big[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a] + 1).collect();
@@ -622,17 +708,30 @@ mod tests {
             let o = g.small_cells();
             let finished: Vec<f64> = plain.iter().enumerate().map(|(i, &y)| (y + bias[i / o % ch.c_out] + residual[i]).max(0.0)).collect();
             let (x, w, b, r) = (f32s(&x), f32s(&w), f32s(&bias), f32s(&residual));
-            let mut out = vec![f32::NAN; plain.len()];
-            conv_f32(&x, &w, &mut out, ch, &g, None);
-            let mut fused = vec![f32::NAN; plain.len()];
-            let finish = Finish { bias: &b, residual: Some(&r), activation: Some(ActivationKind::Relu) };
-            conv_f32(&x, &w, &mut fused, ch, &g, Some(&finish));
-            for (got, want) in [(&out, &plain), (&fused, &finished)] {
-                for (a, b) in got.iter().zip(want.iter()) {
-                    assert!((*a as f64 - b).abs() < 1e-5 * (1.0 + b.abs()), "{a} vs {b} for {g:?} {ch:?}");
+            let dims = [ch.c_out, ch.c_in / ch.groups, k[0], k[1], k[2]];
+            let mut packs: Vec<Option<PackedB>> = vec![None];
+            if ch.groups == 1 {
+                let rows = w.len() / ch.c_out;
+                packs.extend(Tile::available().into_iter().map(|t| Some(PackedB::rows_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
+            }
+            for packed in &packs {
+                let mut out = vec![f32::NAN; plain.len()];
+                conv_f32(&x, &w, &mut out, ch, &g, None, packed.as_ref()).unwrap();
+                let mut fused = vec![f32::NAN; plain.len()];
+                let finish = Finish { bias: &b, residual: Some(&r), activation: Some(ActivationKind::Relu) };
+                conv_f32(&x, &w, &mut fused, ch, &g, Some(&finish), packed.as_ref()).unwrap();
+                let tile = packed.as_ref().map_or("per call", |p| p.tile().name);
+                for (got, want) in [(&out, &plain), (&fused, &finished)] {
+                    for (a, b) in got.iter().zip(want.iter()) {
+                        assert!((*a as f64 - b).abs() < 1e-5 * (1.0 + b.abs()), "{a} vs {b} for {g:?} {ch:?} on {tile}");
+                    }
                 }
             }
         }
+        let (x, w, mut out) = (vec![1.0f32; 16], vec![1.0f32; 1], vec![0.0f32; 16]);
+        let wrong = prepack(&[1.0; 8], &[2, 1, 2, 2]);
+        let (ch, g) = (Channels { n: 1, c_in: 1, c_out: 1, groups: 1 }, Geom::new(&[4, 4], &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]));
+        assert!(conv_f32(&x, &w, &mut out, ch, &g, None, Some(&wrong)).unwrap_err().contains("packed as [2, 1, 2, 2]"));
     }
 
     #[test]
@@ -646,7 +745,7 @@ mod tests {
         let w = values(ch.c_out * 2 * g.taps(), 4);
         let y = values(ch.n * ch.c_out * g.small_cells(), 5);
         let mut fwd = vec![0.0; y.len()];
-        conv_forward(&x, &w, &mut fwd, ch, &g);
+        conv_forward(&x, &w, &mut fwd, ch, &g).unwrap();
         let mut dx = vec![0.0; x.len()];
         conv_transpose(&y, &w, &mut dx, Channels { n: 2, c_in: 6, c_out: 4, groups: 2 }, &g);
         let mut dw = vec![0.0; w.len()];

@@ -144,20 +144,29 @@ pub fn sgemm_prepacked<A: Element>(
     parallel: bool,
     epilogue: Option<Epilogue>,
 ) -> Result<(), String> {
-    if (packed.k, packed.n) != (b.rows, b.cols) {
+    if packed.rows || (packed.k, packed.n) != (b.rows, b.cols) {
         return Err(format!("sgemm: b packed as [{}, {}] is [{}, {}]", packed.k, packed.n, b.rows, b.cols));
     }
     product(packed.tile, a, b, Some(packed), c, accumulate, parallel, epilogue)
 }
 
-/// `b` packed once into the column panels of a tile's kernel, for a `b` that many products
-/// read (a weight): [`sgemm_prepacked`] then skips packing it on every call.
+/// A weight packed once into a tile's panels, so that the products reading it skip packing
+/// it on every call: `b [k, n]` in `nr`-column panels ([`PackedB::new`], for
+/// [`sgemm_prepacked`]), or `a [m, k]` in `mr`-row panels ([`PackedB::rows_of`], for
+/// [`sgemm_filled`]).
 pub struct PackedB {
     tile: Tile,
+    /// Columns of the packed matrix per panel: `nr`, or `mr` for `a`'s rows (`aᵀ` packed).
+    width: usize,
+    /// The packed matrix is `aᵀ`: its columns are the rows of the operand.
+    rows: bool,
+    /// Shape of the packed matrix, `[k, n]` (for `aᵀ`, `k` = `a`'s columns).
     k: usize,
     n: usize,
-    /// Per block of the inner dimension (as [`inner_block`] cuts it), `⌈n / nr⌉` panels of
-    /// `kc × nr` floats, laid out as [`pack_b`] writes them.
+    /// The shape [`PackedB::unpack`] restores: `[k, n]`, or the tensor `a` was viewed from.
+    dims: Vec<usize>,
+    /// Per block of the inner dimension (as [`inner_block`] cuts it), `⌈n / width⌉` panels of
+    /// `kc × width` floats, laid out as [`pack_b`] writes them.
     data: Vec<f32>,
 }
 
@@ -169,46 +178,69 @@ impl PackedB {
 
     /// Packs `b` for `tile`.
     pub fn with_tile<B: Element>(tile: Tile, b: Mat<B>) -> PackedB {
-        let (k, n, nr) = (b.rows, b.cols, tile.nr);
-        let width = n.div_ceil(nr) * nr;
-        let mut data = vec![0.0f32; k * width];
+        PackedB::panels_of(tile, tile.nr, false, b, vec![b.rows, b.cols])
+    }
+
+    /// Packs the rows of `a [m, k]` for `tile` as [`sgemm_filled`] reads them; `dims` is the
+    /// shape of the tensor `a` views (a conv weight `[C_out, C_in, kH, kW]`), which
+    /// [`PackedB::dims`] reports and [`PackedB::unpack`] lays out.
+    pub fn rows_of(tile: Tile, a: Mat<f32>, dims: &[usize]) -> PackedB {
+        let at = Mat { data: a.data, rows: a.cols, cols: a.rows, strides: [a.strides[1], a.strides[0]] };
+        PackedB::panels_of(tile, tile.mr, true, at, dims.to_vec())
+    }
+
+    fn panels_of<B: Element>(tile: Tile, width: usize, rows: bool, b: Mat<B>, dims: Vec<usize>) -> PackedB {
+        let (k, n) = (b.rows, b.cols);
+        let padded = n.div_ceil(width) * width;
+        let mut data = vec![0.0f32; k * padded];
         let block = inner_block(k);
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
-            for (j, panel) in data[p0 * width..(p0 + kc) * width].chunks_exact_mut(kc * nr).enumerate() {
-                pack_b(&b, p0, j * nr, nr, panel);
+            for (j, panel) in data[p0 * padded..(p0 + kc) * padded].chunks_exact_mut(kc * width).enumerate() {
+                pack_b(&b, p0, j * width, width, panel);
             }
         }
-        PackedB { tile, k, n, data }
+        PackedB { tile, width, rows, k, n, dims, data }
     }
 
-    /// `b` again, row-major `[k, n]` (the inverse of [`PackedB::with_tile`] on f32).
+    /// The weight again, row-major in [`PackedB::dims`] (the inverse of the packing on f32).
     pub fn unpack(&self) -> Vec<f32> {
-        let (k, n, nr) = (self.k, self.n, self.tile.nr);
-        let width = n.div_ceil(nr) * nr;
+        let (k, n, width) = (self.k, self.n, self.width);
+        let padded = n.div_ceil(width) * width;
         let mut b = vec![0.0f32; k * n];
         let block = inner_block(k);
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
-            for (j, panel) in self.data[p0 * width..(p0 + kc) * width].chunks_exact(kc * nr).enumerate() {
-                let w = nr.min(n - j * nr);
-                for (p, step) in panel.chunks_exact(nr).enumerate() {
-                    b[(p0 + p) * n + j * nr..][..w].copy_from_slice(&step[..w]);
+            for (j, panel) in self.data[p0 * padded..(p0 + kc) * padded].chunks_exact(kc * width).enumerate() {
+                let w = width.min(n - j * width);
+                for (p, step) in panel.chunks_exact(width).enumerate() {
+                    if self.rows {
+                        for (c, &v) in step[..w].iter().enumerate() {
+                            b[(j * width + c) * k + p0 + p] = v;
+                        }
+                    } else {
+                        b[(p0 + p) * n + j * width..][..w].copy_from_slice(&step[..w]);
+                    }
                 }
             }
         }
         b
     }
 
-    /// The shape `[k, n]` of the packed `b`.
-    pub fn dims(&self) -> [usize; 2] {
-        [self.k, self.n]
+    /// The tile it is packed for.
+    pub fn tile(&self) -> Tile {
+        self.tile
+    }
+
+    /// The shape of the packed weight: `[k, n]` for a `b`, the given dims for rows of an `a`.
+    pub fn dims(&self) -> Vec<usize> {
+        self.dims.clone()
     }
 
     /// The panels of column tiles `cols` in the block of `kc` steps from `p0`.
     fn panels(&self, p0: usize, kc: usize, cols: &std::ops::Range<usize>) -> &[f32] {
-        let (nr, at) = (self.tile.nr, p0 * self.n.div_ceil(self.tile.nr) * self.tile.nr);
-        &self.data[at + cols.start * kc * nr..at + cols.end * kc * nr]
+        let (w, at) = (self.width, p0 * self.n.div_ceil(self.width) * self.width);
+        &self.data[at + cols.start * kc * w..at + cols.end * kc * w]
     }
 }
 
@@ -272,7 +304,8 @@ fn product<A: Element, B: Element>(
                 panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             }
             let last = (p0 + kc == k).then_some(epilogue).flatten();
-            let step = Step { tile, a: panels, b: &b, packed, p0, kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
+            let tiles = Tiles { tile, a: panels, kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
+            let step = Step { tiles, b: &b, packed, p0 };
             let task = |t: usize| {
                 // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
                 // addressed element (checked above) and overlaps neither operand (`&mut`).
@@ -347,44 +380,53 @@ impl Plan {
 
 /// One `KC` step of the product: packed panels of `a`, and `b` unpacked or pre-packed.
 struct Step<'s, B> {
-    tile: Tile,
-    a: &'s [f32],
+    tiles: Tiles<'s>,
     b: &'s Mat<'s, B>,
     packed: Option<&'s PackedB>,
     p0: usize,
-    kc: usize,
-    m: usize,
-    n: usize,
-    ld: usize,
-    add: bool,
-    /// Set on the last step only.
-    epilogue: Option<Epilogue<'s>>,
 }
 
 impl<B: Element> Step<'_, B> {
     /// Packs this block's columns of `b` (unless pre-packed) and runs the tiles of rows × cols.
     ///
     /// # Safety
-    /// `out` addresses an `m × n` matrix of row stride `ld` that no other thread touches
-    /// inside this block.
+    /// As [`Tiles::run`].
     unsafe fn run(&self, (rows, cols): (std::ops::Range<usize>, std::ops::Range<usize>), out: &OutPtr) {
-        let panel_b = self.tile.nr * self.kc;
+        let t = &self.tiles;
+        let panel_b = t.tile.nr * t.kc;
         if let Some(p) = self.packed {
-            return self.tiles(rows, cols.clone(), p.panels(self.p0, self.kc, &cols), out);
+            return t.run(rows, cols.clone(), p.panels(self.p0, t.kc, &cols), out);
         }
         with_buffer(&PACKED_B, cols.len() * panel_b, |packed_b| {
             for (j, panel) in cols.clone().zip(packed_b.chunks_exact_mut(panel_b)) {
-                pack_b(self.b, self.p0, j * self.tile.nr, self.tile.nr, panel);
+                pack_b(self.b, self.p0, j * t.tile.nr, t.tile.nr, panel);
             }
-            self.tiles(rows, cols, packed_b, out)
+            t.run(rows, cols, packed_b, out)
         });
     }
+}
 
+/// The register tiles of one block of `kc` steps over packed panels of `a` (row panel `i` at
+/// `a[i·mr·kc..]`), into an `m × n` output of row stride `ld`.
+struct Tiles<'s> {
+    tile: Tile,
+    a: &'s [f32],
+    kc: usize,
+    m: usize,
+    n: usize,
+    ld: usize,
+    add: bool,
+    /// Set on the last block only.
+    epilogue: Option<Epilogue<'s>>,
+}
+
+impl Tiles<'_> {
     /// Runs the tiles of rows × cols over `packed_b`, the panels of `cols`.
     ///
     /// # Safety
-    /// As [`Step::run`].
-    unsafe fn tiles(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, packed_b: &[f32], out: &OutPtr) {
+    /// `out` addresses an `m × n` matrix of row stride `ld` that no other thread touches
+    /// inside this block.
+    unsafe fn run(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, packed_b: &[f32], out: &OutPtr) {
         let Tile { mr, nr, .. } = self.tile;
         let (kc, panel_a, panel_b) = (self.kc, mr * self.kc, nr * self.kc);
         let mut scratch = [0.0f32; MAX_TILE];
@@ -413,6 +455,62 @@ impl<B: Element> Step<'_, B> {
             }
         }
     }
+}
+
+/// Writes the panels of `b` for column tiles `cols` at steps `p0..p0 + kc`:
+/// `fill(p0, kc, cols, panels)`, each panel `kc × nr` step-major as [`pack_b`] lays it out,
+/// zeros past the last column.
+pub type FillB<'f> = &'f (dyn Fn(usize, usize, std::ops::Range<usize>, &mut [f32]) + Sync);
+
+/// `c = a·b`, then `epilogue` piece by piece, with `a [m, k]` pre-packed by rows
+/// ([`PackedB::rows_of`], on the tile this product runs) and `b [k, n]` never stored whole:
+/// each task (a block of rows × at most `NC` columns) has `fill` write its panels of `b` one
+/// block of the inner dimension at a time (a conv writes its input windows straight into
+/// them). With `parallel` a large product splits over the rayon pool.
+pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
+    let (m, k, tile) = (a.n, a.k, a.tile);
+    if !a.rows || c.rows != m || c.cols != n {
+        return Err(format!("sgemm: a packed as [{m}, {k}] × [{k}, {n}] does not give [{}, {}]", c.rows, c.cols));
+    }
+    if m * n == 0 {
+        return Ok(());
+    }
+    if c.ld < n || c.data.len() < (m - 1) * c.ld + n {
+        return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
+    }
+    if k == 0 {
+        for (i, row) in c.data.chunks_mut(c.ld).take(m).enumerate() {
+            row[..n].fill(0.0);
+            if let Some(f) = epilogue {
+                f(i, 0, &mut row[..n]);
+            }
+        }
+        return Ok(());
+    }
+    let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
+    let plan = Plan::new(tile, m, n, threads);
+    let (out, block, mt) = (OutPtr(c.data.as_mut_ptr()), inner_block(k), m.div_ceil(tile.mr));
+    let task = |t: usize| {
+        let (rows, cols) = plan.block(t);
+        with_buffer(&PACKED_B, cols.len() * tile.nr * block, |panels| {
+            for p0 in (0..k).step_by(block) {
+                let kc = block.min(k - p0);
+                let panels = &mut panels[..cols.len() * tile.nr * kc];
+                fill(p0, kc, cols.clone(), panels);
+                let last = (p0 + kc == k).then_some(epilogue).flatten();
+                let tiles = Tiles { tile, a: a.panels(p0, kc, &(0..mt)), kc, m, n, ld: c.ld, add: p0 > 0, epilogue: last };
+                // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
+                // addressed element (checked above) and overlaps neither `a` nor the panels (`&mut`).
+                unsafe { tiles.run(rows.clone(), cols.clone(), panels, &out) }
+            }
+        })
+    };
+    if threads > 1 {
+        (0..plan.tasks()).into_par_iter().for_each(task);
+    } else {
+        (0..plan.tasks()).for_each(task);
+    }
+    Ok(())
 }
 
 /// Packs rows `r0..r0 + mr` of `a` (zeros past the last row) at steps `p0..p0 + kc` into

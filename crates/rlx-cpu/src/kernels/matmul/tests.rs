@@ -283,3 +283,40 @@ fn prepacked_b_gives_the_unpacked_results_bit_for_bit_and_unpacks() {
     let e = sgemm_prepacked(Mat::row_major(&av, 2, 3), Mat::row_major(&bv, 4, 3), &packed, MatMut::row_major(&mut c, 2, 3), false, false, None);
     assert!(e.unwrap_err().contains("packed as [3, 4]"));
 }
+
+#[test]
+fn filled_b_over_a_packed_by_rows_gives_the_packed_results_and_unpacks() {
+    for tile in Tile::available() {
+        for threads in [1, 2] {
+            pool(threads).install(|| {
+                for &[m, k, n] in &[[1, 1, 1], [7, 3, 63], [63, 500, 129], [129, 63, 1000], [13, 1000, 7]] {
+                    let (av, bv) = (random(m * k, (m + 2 * k) as u64), random(k * n, (k + 3 * n) as u64));
+                    let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
+                    let packed = PackedB::rows_of(tile, a, &[m, 1, k]);
+                    let nr = tile.nr;
+                    let fill = |p0: usize, kc: usize, cols: std::ops::Range<usize>, panels: &mut [f32]| {
+                        for (j, panel) in cols.zip(panels.chunks_exact_mut(kc * nr)) {
+                            for (p, step) in panel.chunks_exact_mut(nr).enumerate() {
+                                for (l, v) in step.iter_mut().enumerate() {
+                                    *v = if j * nr + l < n { bv[(p0 + p) * n + j * nr + l] } else { 0.0 };
+                                }
+                            }
+                        }
+                    };
+                    let bias = random(m, 9);
+                    let shift = |r: usize, _: usize, v: &mut [f32]| v.iter_mut().for_each(|x| *x -= bias[r]);
+                    let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                    sgemm_with(tile, a, b, MatMut::row_major(&mut want, m, n), false, true, Some(&shift)).unwrap();
+                    sgemm_filled(&packed, n, &fill, MatMut::row_major(&mut got, m, n), true, Some(&shift)).unwrap();
+                    if m > FEW_ROWS {
+                        assert_eq!(got, want, "{} [{m}, {k}] × [{k}, {n}] on {threads} threads", tile.name);
+                    }
+                    let reference: Vec<f64> = reference(&a, &b).iter().enumerate().map(|(i, &v)| v - bias[i / n] as f64).collect();
+                    check(&got, n, &reference, m, n, k, tile.name);
+                    assert_eq!(packed.unpack(), av, "{} unpacks the rows of [{m}, {k}]", tile.name);
+                    assert_eq!(packed.dims(), [m, 1, k]);
+                }
+            });
+        }
+    }
+}
