@@ -2,12 +2,15 @@
 //!
 //! Every conv-like op runs over three spatial axes: a 2-D op is a 3-D one with `D = 1`
 //! (and a 1-D conv is a 2-D one with `H = 1`, OPS.md §10). Convolutions lower onto GEMM:
-//! per (image, group) the window cells are copied into a column matrix `[C/g·K, O]`
-//! (`K` taps, `O` output cells) and multiplied by the group's weight rows (f32 on rlx's
-//! [`sgemm`](crate::kernels::matmul::sgemm), with `FusedConvBiasAct`'s bias, residual and
-//! activation in its epilogue; f64 on [`gemm_slice`](crate::kernels::matmul::gemm_slice));
-//! transposed convs multiply first and scatter-add the columns back (col2im). Float ops run
-//! on f32 and f64; f16/bf16 operands compute in f32.
+//! per (image, group) `out [C_out, O] = W [C_out, C/g·K] · windows [C/g·K, O]` (`K` taps,
+//! `O` output cells). On f32 the weight is packed in the GEMM's row panels — once per plan
+//! when it is a weight the executor pre-packs ([`prepack`]), else per call — and each GEMM
+//! task writes the windows of its output cells straight into its packed column panels
+//! ([`sgemm_filled`](crate::kernels::matmul::sgemm_filled); no column matrix, and a 1×1
+//! conv copies its input rows), with `FusedConvBiasAct`'s bias, residual and activation in
+//! the epilogue. f64 builds the column matrix and runs
+//! [`gemm_slice`](crate::kernels::matmul::gemm_slice); transposed convs multiply first and
+//! scatter-add the columns back (col2im). f16/bf16 operands compute in f32.
 
 
 mod fused;

@@ -7,7 +7,10 @@
 //! block); then each task — a block of rows × at most `NC` columns — packs its columns of `b`
 //! into `nr`-column panels (a `kc × NC` block that stays in L2) and runs the tile kernel over
 //! its row panels × column panels. Tasks run on rayon when the product is large enough.
-//! Products with few rows of `a` skip packing ([`rows`](super::rows)).
+//! Products with few rows of `a` skip packing ([`rows`](super::rows)). A weight multiplied
+//! again and again is packed once ([`PackedB`]): as `b` for [`sgemm_prepacked`], or as `a`
+//! for [`sgemm_filled`], whose `b` panels a caller's closure writes per task (a conv's
+//! windows).
 
 use super::rows::few_rows;
 use super::tile::{Tile, MAX_TILE};
