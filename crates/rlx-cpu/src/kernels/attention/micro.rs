@@ -244,11 +244,11 @@ unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]
         }
         p += 8;
     }
-    for p in p..d {
+    for (p, &y) in q.iter().enumerate().skip(p) {
         for (g, a) in acc.iter_mut().enumerate() {
             let x = k.data.as_ptr().add((j + 8 * g) * k.stride + p);
             let col = _mm256_setr_ps(*x, *x.add(k.stride), *x.add(2 * k.stride), *x.add(3 * k.stride), *x.add(4 * k.stride), *x.add(5 * k.stride), *x.add(6 * k.stride), *x.add(7 * k.stride));
-            *a = _mm256_fmadd_ps(col, _mm256_set1_ps(q[p]), *a);
+            *a = _mm256_fmadd_ps(col, _mm256_set1_ps(y), *a);
         }
     }
     for (g, a) in acc.iter().enumerate() {
