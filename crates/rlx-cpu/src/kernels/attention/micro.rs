@@ -14,6 +14,9 @@ const KEY_ROWS: usize = 4;
 const OUT_ROWS: usize = 4;
 /// Output columns of one `P·V` register tile (two AVX vectors).
 const OUT_COLS: usize = 16;
+/// Output columns of a single row's `P·V` tile (eight AVX vectors: independent chains, where
+/// two would wait on the latency of each multiply-add).
+const ROW_COLS: usize = 64;
 
 /// One head's rows of one operand: row `s` is `data[s·stride..][..width]`.
 #[derive(Clone, Copy)]
@@ -81,18 +84,25 @@ pub fn weighted_values(p: &[f32], ld: usize, v: Rows, rows: Range<usize>, keys: 
     };
     let mut i = rows.start;
     while i + OUT_ROWS <= rows.end {
-        weighted_rows::<OUT_ROWS>(p, ld, v, i, union(i, OUT_ROWS), acc, dv);
+        weighted_rows::<OUT_ROWS, OUT_COLS>(p, ld, v, i, union(i, OUT_ROWS), acc, dv);
         i += OUT_ROWS;
     }
     for i in i..rows.end {
-        weighted_rows::<1>(p, ld, v, i, union(i, 1), acc, dv);
+        weighted_rows::<1, ROW_COLS>(p, ld, v, i, union(i, 1), acc, dv);
     }
 }
 
-/// Rows `i0..i0 + R` of [`weighted_values`] over `keys`, column block by column block.
+/// Rows `i0..i0 + R` of [`weighted_values`] over `keys`, `C` columns at a time, then the
+/// remainder in narrower blocks. Each output element is summed over the keys in order, so
+/// the blocking does not change the bits.
 #[inline(always)]
-fn weighted_rows<const R: usize>(p: &[f32], ld: usize, v: Rows, i0: usize, keys: Range<usize>, acc: &mut [f32], dv: usize) {
+#[allow(clippy::too_many_arguments)]
+fn weighted_rows<const R: usize, const C: usize>(p: &[f32], ld: usize, v: Rows, i0: usize, keys: Range<usize>, acc: &mut [f32], dv: usize) {
     let mut c = 0;
+    while c + C <= dv {
+        weighted_tile::<R, C>(p, ld, v, i0, keys.clone(), c, acc, dv);
+        c += C;
+    }
     while c + OUT_COLS <= dv {
         weighted_tile::<R, OUT_COLS>(p, ld, v, i0, keys.clone(), c, acc, dv);
         c += OUT_COLS;
@@ -114,6 +124,9 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
         a.copy_from_slice(&acc[(i0 + r) * dv + c0..][..W]);
     }
     for j in keys {
+        if R == 1 && W == ROW_COLS {
+            prefetch(v, j + PREFETCH_ROWS..j + PREFETCH_ROWS + 1);
+        }
         let x: &[f32; W] = v.data[j * v.stride + c0..][..W].try_into().expect("W columns");
         let w: &[f32] = &p[j * ld + i0..][..R];
         for r in 0..R {
@@ -127,15 +140,41 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
     }
 }
 
+/// Rows ahead of a single row's `P·V` whose values are prefetched.
+const PREFETCH_ROWS: usize = 8;
+
+/// Asks for the cache lines of rows `rows` of `x` (those it has) ahead of their use: a KV
+/// cache is read once per decode step, from memory, and the column order of [`dots_avx2`]
+/// hides its stream from the hardware prefetcher.
+#[inline(always)]
+fn prefetch(x: Rows, rows: Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    for r in rows {
+        let Some(row) = x.data.get(r * x.stride..).and_then(|d| d.get(..x.width)) else { return };
+        for line in row.chunks(16) {
+            // Safety: a prefetch of an address inside the slice; it reads nothing.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, rows);
+}
+
 /// Keys scored at once by [`dots`] (independent accumulation chains).
 const DOT_KEYS: usize = 8;
 
 /// `s[j] = Σ_p q[p]·k_j[p]` for the keys `j` in `keys`, each summed in order of `p` with fused
 /// multiply-adds: the same rounding as [`logits`] gives a query in a lane, so a query scores
-/// the same alone (decode) as in a block (prefill).
+/// the same alone (decode) as in a block (prefill). With AVX2, keys go eight to a vector
+/// (key rows transposed in registers, [`dots_avx2`]).
 #[inline(always)]
 pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
     let mut j = keys.start;
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // Safety: the CPU has the features the function is compiled for.
+        j = unsafe { dots_avx2(q, k, keys.clone(), s) };
+    }
     while j + DOT_KEYS <= keys.end {
         let rows: [&[f32]; DOT_KEYS] = std::array::from_fn(|r| k.row(j + r));
         let mut acc = [0f32; DOT_KEYS];
@@ -150,4 +189,84 @@ pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
     for (j, out) in (j..keys.end).zip(&mut s[j..keys.end]) {
         *out = k.row(j).iter().zip(q).fold(0.0, |a, (&y, &x)| y.mul_add(x, a));
     }
+}
+
+/// Groups of eight keys [`dots_avx2`] scores at once (independent chains of multiply-adds).
+#[cfg(target_arch = "x86_64")]
+const DOT_GROUPS: usize = 2;
+
+/// [`dots`] for the keys of `keys` in whole groups of eight; returns the first key left.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> usize {
+    let n = (keys.end - keys.start.min(keys.end)) / 8 * 8;
+    let end = keys.start + n;
+    if n == 0 {
+        return keys.start;
+    }
+    assert!(k.width >= q.len() && (end - 1) * k.stride + k.width <= k.data.len() && end <= s.len(), "attention dots out of bounds");
+    let mut j = keys.start;
+    while j + 8 * DOT_GROUPS <= end {
+        prefetch(k, j + 16 * DOT_GROUPS..j + 24 * DOT_GROUPS);
+        // Safety: rows j..j + 8·DOT_GROUPS and s[j..] are in bounds (asserted above).
+        unsafe { dot_groups::<DOT_GROUPS>(q, k, j, s) };
+        j += 8 * DOT_GROUPS;
+    }
+    while j < end {
+        // Safety: as above, for eight keys.
+        unsafe { dot_groups::<1>(q, k, j, s) };
+        j += 8;
+    }
+    j
+}
+
+/// `s[j..j + 8·G]`: `G` groups of eight keys, each a vector of eight lanes summed over `p` in
+/// order. Rows `j..j + 8·G` of `k` must have `q.len()` elements and `s` must hold them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    let mut acc = [_mm256_setzero_ps(); G];
+    let mut p = 0;
+    while p + 8 <= d {
+        for (g, a) in acc.iter_mut().enumerate() {
+            let rows = k.data.as_ptr().add((j + 8 * g) * k.stride + p);
+            for h in 0..2 {
+                let x = halves(rows.add(4 * h), k.stride);
+                let (t0, t1) = (_mm256_unpacklo_ps(x[0], x[1]), _mm256_unpackhi_ps(x[0], x[1]));
+                let (t2, t3) = (_mm256_unpacklo_ps(x[2], x[3]), _mm256_unpackhi_ps(x[2], x[3]));
+                let cols = [_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xEE>(t0, t2), _mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xEE>(t1, t3)];
+                for (c, col) in cols.into_iter().enumerate() {
+                    *a = _mm256_fmadd_ps(col, _mm256_set1_ps(q[p + 4 * h + c]), *a);
+                }
+            }
+        }
+        p += 8;
+    }
+    for (p, &y) in q.iter().enumerate().skip(p) {
+        for (g, a) in acc.iter_mut().enumerate() {
+            let x = k.data.as_ptr().add((j + 8 * g) * k.stride + p);
+            let col = _mm256_setr_ps(*x, *x.add(k.stride), *x.add(2 * k.stride), *x.add(3 * k.stride), *x.add(4 * k.stride), *x.add(5 * k.stride), *x.add(6 * k.stride), *x.add(7 * k.stride));
+            *a = _mm256_fmadd_ps(col, _mm256_set1_ps(y), *a);
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(s.as_mut_ptr().add(j + 8 * g), *a);
+    }
+}
+
+/// Four elements of eight rows `stride` apart from `x`: vector `i` holds row `i` in its low
+/// half and row `i + 4` in its high half (a 4×4 transpose per half then gives one column of
+/// the eight rows per vector).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn halves(x: *const f32, stride: usize) -> [std::arch::x86_64::__m256; 4] {
+    use std::arch::x86_64::*;
+    let mut v = [_mm256_setzero_ps(); 4];
+    for (i, v) in v.iter_mut().enumerate() {
+        *v = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(_mm_loadu_ps(x.add(i * stride))), _mm_loadu_ps(x.add((i + 4) * stride)));
+    }
+    v
 }

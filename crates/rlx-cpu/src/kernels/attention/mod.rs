@@ -178,6 +178,16 @@ impl<T: Real> Masking<T> {
         (lo..hi).any(|k| self.kept(b, k))
     }
 
+    /// The biases of keys `keys` of logit row `(b, h, qi)` when they are contiguous (a bias
+    /// not broadcast over keys); `None` otherwise or without a bias.
+    pub fn bias_keys(&self, b: usize, h: usize, qi: usize, keys: std::ops::Range<usize>) -> Option<&[T]> {
+        let s = &self.bias_strides;
+        if self.bias.is_empty() || s[3] != 1 {
+            return None;
+        }
+        self.bias.get(b * s[0] + h * s[1] + qi * s[2]..).and_then(|row| row.get(keys))
+    }
+
     /// The bias added to logit `(b, h, qi, k)` (zero without a bias).
     pub fn bias(&self, b: usize, h: usize, qi: usize, k: usize) -> T {
         if self.bias.is_empty() {

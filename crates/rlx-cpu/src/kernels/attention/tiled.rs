@@ -223,27 +223,26 @@ fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, u
         let q = hd.q.row(q0 + i);
         let s = &mut sc.scores[i * KT..][..nk];
         micro::dots(q, keys, own.clone(), s);
-        if hd.special() {
+        if let Some(bias) = hd.mask.bias_keys(hd.b, hd.h, q0 + i, t0 + own.start..t0 + own.end) {
+            for (x, &c) in s[own.clone()].iter_mut().zip(bias) {
+                *x = hd.logits.apply(*x) + c;
+            }
+        } else if hd.special() {
             for j in own.clone() {
                 s[j] = hd.logits.apply(s[j]) + hd.mask.bias(hd.b, hd.h, q0 + i, t0 + j);
             }
         }
-        let mut tile_max = NEG_INF;
         for j in own.clone() {
             s[j] = if hd.mask.kept(hd.b, t0 + j) { s[j] * scale } else { NEG_INF };
-            tile_max = max(tile_max, s[j]);
         }
+        let tile_max = s[own.clone()].iter().fold(NEG_INF, |m, &x| max(m, x));
         let (corr, shift) = st.fold(i, tile_max);
         let acc = &mut sc.acc[i * dv..][..dv];
         if corr != 1.0 {
             acc.iter_mut().for_each(|a| *a *= corr);
         }
-        let mut tile_sum = 0.0;
-        for x in &mut s[own.clone()] {
-            *x = exp_neg(*x - shift);
-            tile_sum += *x;
-        }
-        st.sum[i] += tile_sum;
+        s[own.clone()].iter_mut().for_each(|x| *x = exp_neg(*x - shift));
+        st.sum[i] += s[own.clone()].iter().fold(0.0, |t, &x| t + x);
         micro::weighted_values(s, 1, values, 0..1, |_| own.clone(), acc);
     }
 }
@@ -411,6 +410,40 @@ mod tests {
             block(&hd, qi, 1, &mut one);
             for (x, y) in one.acc.iter().zip(&all.acc[qi * d..(qi + 1) * d]) {
                 assert_eq!(x.to_bits(), y.to_bits(), "query {qi}: {x} alone, {y} in the block");
+            }
+        }
+    }
+
+    #[test]
+    fn decode_on_odd_sizes_and_strided_rows_matches_the_block_and_f64() {
+        // A few queries alone (the AVX2 dot products, key groups of 32 and 8, a scalar tail)
+        // against the same queries in a lane block, and against f64: rows `d + 3` apart as
+        // in `[S, H·D]`, head widths that are not multiples of 8, 1 to 300 keys.
+        for (d, sk) in [(1, 7), (7, 63), (33, 129), (64, 300), (9, 1)] {
+            let (sq, stride) = (9, d + 3);
+            let (q, k, v) = (data(sq * stride, 7), data(sk * stride, 8), data(sk * stride, 9));
+            let bias: Vec<f32> = (0..sq * sk).map(|n| if n % sk <= sk.saturating_sub(sq) + n / sk { 0.01 * (n % 5) as f32 } else { -1e9 }).collect();
+            let extra = In { dtype: rlx_ir::DType::F32, dims: &[sq, sk], bytes: bytemuck::cast_slice(&bias) };
+            let mask = Masking::<f32>::new(MaskKind::Bias, Some(extra), 1, 1, sq, sk);
+            fn rows(x: &[f32], stride: usize) -> Rows<'_> {
+                Rows { data: &x[..x.len() - 3], stride, width: stride - 3 }
+            }
+            let hd = Head { q: rows(&q, stride), k: rows(&k, stride), v: rows(&v, stride), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.3, softcap: None }, mask: &mask };
+            let mut all = Scratch::default();
+            block(&hd, 0, sq, &mut all);
+            for qi in 0..sq {
+                let mut one = Scratch::default();
+                block(&hd, qi, 1, &mut one);
+                let (lo, hi) = mask.range(qi);
+                let logit = |j: usize| (0..d).map(|p| f64::from(q[qi * stride + p]) * f64::from(k[j * stride + p])).sum::<f64>() * 0.3 + f64::from(bias[qi * sk + j]);
+                let m = (lo..hi).map(logit).fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = (lo..hi).map(|j| (logit(j) - m).exp()).sum();
+                for c in 0..d {
+                    let want: f64 = (lo..hi).map(|j| (logit(j) - m).exp() / z * f64::from(v[j * stride + c])).sum();
+                    let (x, y) = (one.acc[c], all.acc[qi * d + c]);
+                    assert_eq!(x.to_bits(), y.to_bits(), "d {d}, {sk} keys, query {qi}: {x} alone, {y} in the block");
+                    assert!((f64::from(x) - want).abs() < 1e-5, "d {d}, {sk} keys, query {qi}: {x} vs {want}");
+                }
             }
         }
     }
