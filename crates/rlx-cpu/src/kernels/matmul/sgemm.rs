@@ -369,6 +369,15 @@ impl Plan {
         best
     }
 
+    /// `threads` row blocks, each sweeping every `NC`-wide column block: for [`sgemm_filled`],
+    /// whose tasks write their own column panels, so that a column split would have every
+    /// task stream the whole packed `a` (a conv's weight) while a row split only repeats the
+    /// cheaper fill.
+    fn by_rows(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
+        let (mt, nt) = (m.div_ceil(tile.mr), n.div_ceil(tile.nr));
+        Plan { mt, nt, rows: mt.div_ceil(threads.clamp(1, mt)), cols: nt.min((NC / tile.nr).max(1)) }
+    }
+
     fn tasks(&self) -> usize {
         self.mt.div_ceil(self.rows) * self.nt.div_ceil(self.cols)
     }
@@ -491,7 +500,7 @@ pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, c: MatMut, parallel: boo
         return Ok(());
     }
     let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
-    let plan = Plan::new(tile, m, n, threads);
+    let plan = Plan::by_rows(tile, m, n, threads);
     let (out, block, mt) = (OutPtr(c.data.as_mut_ptr()), inner_block(k), m.div_ceil(tile.mr));
     let task = |t: usize| {
         let (rows, cols) = plan.block(t);
