@@ -144,7 +144,7 @@ impl<T: Real> Masking<T> {
         let (mut lo, mut hi) = (self.s_k, 0);
         for b in 0..batch {
             for h in 0..heads {
-                let kept = |k: &usize| !(self.bias(b, h, qi, *k) <= T::of(-1e9));
+                let kept = |k: &usize| !matches!(self.bias(b, h, qi, *k).partial_cmp(&T::of(-1e9)), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal));
                 match ((0..self.s_k).find(kept), (0..self.s_k).rev().find(kept)) {
                     (Some(first), Some(last)) => (lo, hi) = (lo.min(first), hi.max(last + 1)),
                     _ => return (0, self.s_k),
