@@ -272,21 +272,7 @@ fn product<A: Element, B: Element>(
     if a.data.len() < a.span() || (packed.is_none() && b.data.len() < b.span()) {
         return Err(format!("sgemm: operand slices of {} and {} elements are too short for their strides", a.data.len(), b.data.len()));
     }
-    if m * n == 0 {
-        return Ok(());
-    }
-    if c.ld < n || c.data.len() < (m - 1) * c.ld + n {
-        return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
-    }
-    if k == 0 {
-        for (i, row) in c.data.chunks_mut(c.ld).take(m).enumerate() {
-            if !accumulate {
-                row[..n].fill(0.0);
-            }
-            if let Some(f) = epilogue {
-                f(i, 0, &mut row[..n]);
-            }
-        }
+    if trivial(&mut c, k, accumulate, epilogue)? {
         return Ok(());
     }
     if packed.is_none() && few_rows(tile, &a, &b, &mut c, accumulate, parallel, epilogue).is_some() {
@@ -469,6 +455,30 @@ impl Tiles<'_> {
     }
 }
 
+/// Checks that `c` holds its `[m, n]` and finishes the products with nothing to multiply:
+/// `true` when `c` is empty, or when `k = 0` (then `c` is zeroed unless `accumulate`, and the
+/// epilogue runs on each row).
+fn trivial(c: &mut MatMut, k: usize, accumulate: bool, epilogue: Option<Epilogue>) -> Result<bool, String> {
+    let (m, n) = (c.rows, c.cols);
+    if m * n == 0 {
+        return Ok(true);
+    }
+    if c.ld < n || c.data.len() < (m - 1) * c.ld + n {
+        return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
+    }
+    if k == 0 {
+        for (i, row) in c.data.chunks_mut(c.ld).take(m).enumerate() {
+            if !accumulate {
+                row[..n].fill(0.0);
+            }
+            if let Some(f) = epilogue {
+                f(i, 0, &mut row[..n]);
+            }
+        }
+    }
+    Ok(k == 0)
+}
+
 /// Writes the panels of `b` for column tiles `cols` at steps `p0..p0 + kc`:
 /// `fill(p0, kc, cols, panels)`, each panel `kc × nr` step-major as [`pack_b`] lays it out,
 /// zeros past the last column.
@@ -479,24 +489,12 @@ pub type FillB<'f> = &'f (dyn Fn(usize, usize, std::ops::Range<usize>, &mut [f32
 /// each task (a block of rows × at most `NC` columns) has `fill` write its panels of `b` one
 /// block of the inner dimension at a time (a conv writes its input windows straight into
 /// them). With `parallel` a large product splits over the rayon pool.
-pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
+pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, mut c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
     let (m, k, tile) = (a.n, a.k, a.tile);
     if !a.rows || c.rows != m || c.cols != n {
         return Err(format!("sgemm: a packed as [{m}, {k}] × [{k}, {n}] does not give [{}, {}]", c.rows, c.cols));
     }
-    if m * n == 0 {
-        return Ok(());
-    }
-    if c.ld < n || c.data.len() < (m - 1) * c.ld + n {
-        return Err(format!("sgemm: output of {} elements with row stride {} cannot hold [{m}, {n}]", c.data.len(), c.ld));
-    }
-    if k == 0 {
-        for (i, row) in c.data.chunks_mut(c.ld).take(m).enumerate() {
-            row[..n].fill(0.0);
-            if let Some(f) = epilogue {
-                f(i, 0, &mut row[..n]);
-            }
-        }
+    if trivial(&mut c, k, false, epilogue)? {
         return Ok(());
     }
     let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
