@@ -8,11 +8,14 @@
 //! task writes the windows of its output cells straight into its packed column panels
 //! ([`sgemm_filled`](crate::kernels::matmul::sgemm_filled); no column matrix, and a 1×1
 //! conv copies its input rows), with `FusedConvBiasAct`'s bias, residual and activation in
-//! the epilogue. f64 builds the column matrix and runs
+//! the epilogue. Where the weight's tile has an in-place kernel (AVX-512), a 2-D f32 conv
+//! skips the windows altogether ([`direct`]): the tile reads its rows straight from a
+//! padded, stride-phase-split copy of the input. f64 builds the column matrix and runs
 //! [`gemm_slice`](crate::kernels::matmul::gemm_slice); transposed convs multiply first and
 //! scatter-add the columns back (col2im). f16/bf16 operands compute in f32.
 
 
+mod direct;
 mod fused;
 mod pool;
 mod resize;
@@ -283,16 +286,17 @@ impl Finish<'_> {
 }
 
 /// Packs the weight `w [C_out, C_in, K]` of an ungrouped conv once, as [`conv_f32`] reads it:
-/// the rows of `[C_out, C_in·K]` in the GEMM's row panels. `dims` is the weight's shape.
+/// the rows of `[C_out, C_in·K]` in the row panels of the tile that pads `C_out` the least.
+/// `dims` is the weight's shape.
 pub fn prepack(w: &[f32], dims: &[usize]) -> PackedB {
     let (rows, cols) = (dims.first().copied().unwrap_or(0), dims.iter().skip(1).product());
-    PackedB::rows_of(Tile::best(), Mat::row_major(w, rows, cols), dims)
+    PackedB::rows_of(Tile::for_rows(rows), Mat::row_major(w, rows, cols), dims)
 }
 
 /// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)` on
 /// [`sgemm_filled`], with the weight's rows packed once (`packed`, from [`prepack`], for an
-/// ungrouped conv; else each group's rows packed here) and the windows written straight into
-/// the GEMM's panels ([`fill_windows`]). `finish` runs on each piece of the output while it
+/// ungrouped conv; else each group's rows packed here) read in place by [`direct::conv`] where
+/// it applies, else with the windows written straight into the GEMM's panels ([`fill_windows`]). `finish` runs on each piece of the output while it
 /// is in cache. With as many (image, group) pieces as threads the pieces run side by side,
 /// each product on one thread; otherwise in turn, each product split over the pool.
 pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>, packed: Option<&PackedB>) -> Result<(), String> {
@@ -322,6 +326,9 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
             }
         };
         let epilogue: Option<Epilogue> = finish.is_some().then_some(&epilogue);
+        if direct::conv(xs, cig, weights[gi], g, chunk, parallel, epilogue) {
+            return Ok(());
+        }
         let nr = weights[gi].tile().nr;
         let fill = |p0: usize, kc: usize, cols: Range<usize>, panels: &mut [f32]| fill_windows(xs, g, nr, p0, kc, cols, panels);
         sgemm_filled(weights[gi], o, &fill, MatMut::row_major(chunk, cog, o), parallel, epilogue)

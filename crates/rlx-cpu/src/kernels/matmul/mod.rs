@@ -9,7 +9,8 @@ mod tile;
 
 pub use rows::FEW_ROWS;
 pub use sgemm::{sgemm, sgemm_filled, sgemm_prepacked, sgemm_then, sgemm_with, Element, Epilogue, FillB, Mat, MatMut, PackedB, PAR_FLOPS};
-pub use tile::Tile;
+pub use tile::{Gathered, Tile, MAX_TILE};
+pub(crate) use sgemm::{with_buffer, OutPtr};
 
 use super::real::Real;
 use crate::view::{broadcast_strides, for_each_broadcast, strides, In, Out};

@@ -240,6 +240,17 @@ impl PackedB {
         self.dims.clone()
     }
 
+    /// The blocks of the inner dimension as `(p0, kc, panels)`: the panels of steps
+    /// `p0..p0 + kc`, one `kc × width` panel per tile after another (for rows of an `a`, row
+    /// panel `i` at `panels[i·mr·kc..]`, step-major).
+    pub(crate) fn blocks(&self) -> impl Iterator<Item = (usize, usize, &[f32])> + '_ {
+        let block = inner_block(self.k);
+        (0..self.k).step_by(block).map(move |p0| {
+            let kc = block.min(self.k - p0);
+            (p0, kc, self.panels(p0, kc, &(0..self.n.div_ceil(self.width))))
+        })
+    }
+
     /// The panels of column tiles `cols` in the block of `kc` steps from `p0`.
     fn panels(&self, p0: usize, kc: usize, cols: &std::ops::Range<usize>) -> &[f32] {
         let (w, at) = (self.width, p0 * self.n.div_ceil(self.width) * self.width);
@@ -311,12 +322,12 @@ fn product<A: Element, B: Element>(
 }
 
 /// The output's base pointer, shared by tasks that write disjoint blocks.
-pub(super) struct OutPtr(pub(super) *mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // Safety: tasks only write disjoint tiles through it (see `sgemm_with`).
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    pub(super) fn get(&self) -> *mut f32 {
+    pub(crate) fn get(&self) -> *mut f32 {
         self.0
     }
 }
@@ -609,7 +620,7 @@ thread_local! {
 /// Calls `f` with `len` floats of a 64-byte-aligned scratch buffer from `key`; when that
 /// buffer is in use further up this thread's stack (rayon ran a nested product while
 /// waiting), a fresh one.
-fn with_buffer<R>(key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+pub(crate) fn with_buffer<R>(key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     const ALIGN: usize = 16;
     let aligned = |v: &mut Vec<f32>| -> std::ops::Range<usize> {
         if v.len() < len + ALIGN {

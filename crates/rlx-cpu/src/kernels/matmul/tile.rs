@@ -1,8 +1,8 @@
 //! Register tiles of the f32 GEMM: `c[MR × NR] (+)= a_panel · b_panel` over `kc` steps, the
 //! accumulators held in registers for the whole sweep. One portable kernel and, on x86-64,
 //! AVX2+FMA (6 × 16, twelve ymm accumulators) and AVX-512F (12 × 32, twenty-four zmm
-//! accumulators) kernels picked at run time, each with the same instruction set's few-rows
-//! kernels ([`rows`](super::rows)).
+//! accumulators, or 8 × 48 for row counts that are multiples of 8) kernels picked at run time,
+//! each with the same instruction set's few-rows kernels ([`rows`](super::rows)).
 
 use super::rows::{self, Rows};
 use std::sync::OnceLock;
@@ -19,12 +19,18 @@ pub struct Tile {
     pub mr: usize,
     pub nr: usize,
     pub name: &'static str,
+    /// The instruction set: tiles of one set share their few-rows kernels.
+    pub isa: &'static str,
     kernel: unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool),
     /// Few rows of `a` × a row-major `b`.
     pub(super) axpy: Rows,
     /// Few rows of `a` × a `b` with contiguous columns.
     pub(super) dot: Rows,
 }
+
+/// A tile kernel whose `b` row at step `p` is read in place at `x + offsets[p]` instead of
+/// from a packed panel: `kernel(kc, a, x, offsets, c, ldc, add)`, otherwise as on [`Tile`].
+pub type Gathered = unsafe fn(usize, *const f32, *const f32, *const usize, *mut f32, usize, bool);
 
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
 pub const MAX_TILE: usize = 12 * 32;
@@ -42,7 +48,7 @@ impl Tile {
 
     /// The portable kernel (the reference the SIMD kernels are tested against).
     pub fn portable() -> Tile {
-        Tile { mr: 4, nr: 8, name: "portable 4×8", kernel: portable::<4, 8>, axpy: rows::portable_axpy, dot: rows::portable_dot }
+        Tile { mr: 4, nr: 8, name: "portable 4×8", isa: "portable", kernel: portable::<4, 8>, axpy: rows::portable_axpy, dot: rows::portable_dot }
     }
 
     /// Every kernel this CPU can run, fastest first.
@@ -51,10 +57,12 @@ impl Tile {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                tiles.push(Tile { mr: 12, nr: 32, name: "avx512 12×32", kernel: x86::avx512::<12>, axpy: rows::avx512::axpy, dot: rows::avx512::dot });
+                let (axpy, dot) = (rows::avx512::axpy, rows::avx512::dot);
+                tiles.push(Tile { mr: 12, nr: 32, name: "avx512 12×32", isa: "avx512", kernel: x86::avx512::<12, 2>, axpy, dot });
+                tiles.push(Tile { mr: 8, nr: 48, name: "avx512 8×48", isa: "avx512", kernel: x86::avx512::<8, 3>, axpy, dot });
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                tiles.push(Tile { mr: 6, nr: 16, name: "avx2 6×16", kernel: x86::avx2::<6>, axpy: rows::avx2::axpy, dot: rows::avx2::dot });
+                tiles.push(Tile { mr: 6, nr: 16, name: "avx2 6×16", isa: "avx2", kernel: x86::avx2::<6>, axpy: rows::avx2::axpy, dot: rows::avx2::dot });
             }
         }
         tiles.push(Tile::portable());
@@ -65,6 +73,30 @@ impl Tile {
     pub fn best() -> Tile {
         static BEST: OnceLock<Tile> = OnceLock::new();
         *BEST.get_or_init(|| Tile::available()[0])
+    }
+
+    /// This tile's rows with `b` rows read in place ([`Gathered`]) over `16·nv` columns, where
+    /// such a kernel exists (AVX-512: 12 rows × 2 vectors, 8 rows × 2 or 3).
+    pub fn gathered(&self, nv: usize) -> Option<Gathered> {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == "avx512" {
+            return match (self.mr, nv) {
+                (12, 2) => Some(x86::avx512_gathered::<12, 2>),
+                (8, 2) => Some(x86::avx512_gathered::<8, 2>),
+                (8, 3) => Some(x86::avx512_gathered::<8, 3>),
+                _ => None,
+            };
+        }
+        let _ = nv;
+        None
+    }
+
+    /// The tile of [`Tile::best`]'s instruction set that pads `m` rows the least (ties go to
+    /// the best): for a weight packed by rows, such as a conv's output channels.
+    pub fn for_rows(m: usize) -> Tile {
+        let best = Tile::best();
+        let padded = |t: &Tile| m.div_ceil(t.mr) * t.mr;
+        Tile::available().into_iter().filter(|t| t.isa == best.isa).fold(best, |a, t| if padded(&t) < padded(&a) { t } else { a })
     }
 }
 
@@ -92,21 +124,52 @@ unsafe fn portable<const MR: usize, const NR: usize>(kc: usize, a: *const f32, b
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// `MR × 32` with two zmm accumulators per row; `a`'s values are broadcast from memory.
+    /// `MR × 16·NV` with `NV` zmm accumulators per row; `a`'s values are broadcast from memory.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn avx512<const MR: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    pub unsafe fn avx512<const MR: usize, const NV: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
-            let (b0, b1) = (_mm512_loadu_ps(b), _mm512_loadu_ps(b.add(16)));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let x = _mm512_set1_ps(*a.add(i));
-                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
-            }
+            step::<MR, NV>(&mut acc, a, b);
             a = a.add(MR);
-            b = b.add(32);
+            b = b.add(16 * NV);
         }
+        store(&acc, c, ldc, add);
+    }
+
+    /// `MR × 16·NV` whose `b` row at step `p` is the `16·NV` floats at `x + offsets[p]` (a
+    /// direct convolution's input, no packed panel).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512_gathered<const MR: usize, const NV: usize>(kc: usize, a: *const f32, x: *const f32, offsets: *const usize, c: *mut f32, ldc: usize, add: bool) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let mut a = a;
+        for p in 0..kc {
+            step::<MR, NV>(&mut acc, a, x.add(*offsets.add(p)));
+            a = a.add(MR);
+        }
+        store(&acc, c, ldc, add);
+    }
+
+    /// One step: `acc[i] += a[i] · b[0 .. 16·NV]`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn step<const MR: usize, const NV: usize>(acc: &mut [[__m512; NV]; MR], a: *const f32, b: *const f32) {
+        let mut bv = [_mm512_setzero_ps(); NV];
+        for (h, v) in bv.iter_mut().enumerate() {
+            *v = _mm512_loadu_ps(b.add(16 * h));
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let x = _mm512_set1_ps(*a.add(i));
+            for (r, &v) in row.iter_mut().zip(&bv) {
+                *r = _mm512_fmadd_ps(x, v, *r);
+            }
+        }
+    }
+
+    /// Writes (or with `add` adds) the accumulators to the row-major tile at `c`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store<const MR: usize, const NV: usize>(acc: &[[__m512; NV]; MR], c: *mut f32, ldc: usize, add: bool) {
         for (i, row) in acc.iter().enumerate() {
             for (h, &v) in row.iter().enumerate() {
                 let p = c.add(i * ldc + 16 * h);
