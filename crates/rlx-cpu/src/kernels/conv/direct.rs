@@ -9,8 +9,8 @@
 //! `q + offset(c, u, v)`: a tile of consecutive cells reads one contiguous run of the copy
 //! per step of the inner dimension.
 
-use super::Geom;
-use crate::kernels::matmul::{with_buffer, Epilogue, OutPtr, PackedB, MAX_TILE, PAR_FLOPS};
+use super::{Finish, Geom};
+use crate::kernels::matmul::{with_buffer, OutPtr, PackedB, MAX_TILE, PAR_FLOPS};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -81,10 +81,11 @@ impl Layout {
 }
 
 /// `out [C_out, O] = w · windows(x)` for one (image, group) of a conv, `x [c_in, H, W]` and `w`
-/// packed by rows ([`super::prepack`]), then `epilogue(row, cell, values)` on each finished
-/// piece as on the GEMM. Returns `false`, writing nothing, when the op is not 2-D or `w`'s tile
-/// has no in-place kernel ([`Tile::gathered`](crate::kernels::matmul::Tile::gathered)).
-pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32], parallel: bool, epilogue: Option<Epilogue>) -> bool {
+/// packed by rows ([`super::prepack`]), finished on the way out by `finish` when given as
+/// `(finish, channel of row 0, flat output index of out[0])`. Returns `false`, writing
+/// nothing, when the op is not 2-D or `w`'s tile has no in-place kernel
+/// ([`Tile::gathered`](crate::kernels::matmul::Tile::gathered)).
+pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32], parallel: bool, finish: Option<(&Finish, usize, usize)>) -> bool {
     let Some(layout) = Layout::new(g) else { return false };
     let tile = w.tile();
     let cells = g.small[1] * layout.wq;
@@ -127,9 +128,10 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
                         let row = i * mr + r;
                         // Safety: task `t` alone writes these cells of output rows of its panel.
                         let piece = unsafe { std::slice::from_raw_parts_mut(dst.get().add(row * o + cell), len) };
-                        piece.copy_from_slice(&acc[r * nr + q - j * nr..][..len]);
-                        if let Some(f) = epilogue {
-                            f(row, cell, piece);
+                        let src = &acc[r * nr + q - j * nr..][..len];
+                        match finish {
+                            Some((f, channel, at)) => f.store(channel + row, at + row * o + cell, src, piece),
+                            None => piece.copy_from_slice(src),
                         }
                     }
                 }

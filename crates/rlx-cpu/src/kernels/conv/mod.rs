@@ -269,6 +269,20 @@ pub struct Finish<'a> {
 }
 
 impl Finish<'_> {
+    /// Writes `src` finished into `dst`, the piece of output channel `oc` starting at flat
+    /// output index `at`: one pass (a direct conv's tile straight into the output), on AVX-512
+    /// with masked tails for bias, residual and ReLU (the pieces are short and many).
+    fn store(&self, oc: usize, at: usize, src: &[f32], dst: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.activation, None | Some(ActivationKind::Relu)) && std::arch::is_x86_feature_detected!("avx512f") {
+            let residual = self.residual.map(|r| &r[at..at + dst.len()]);
+            // Safety: the CPU has AVX-512F.
+            return unsafe { store_avx512(src, dst, self.bias[oc], residual, self.activation.is_some()) };
+        }
+        dst.copy_from_slice(src);
+        self.apply(oc, at, dst);
+    }
+
     /// Finishes `y`, the piece of output channel `oc` starting at flat output index `at`.
     fn apply(&self, oc: usize, at: usize, y: &mut [f32]) {
         let b = self.bias[oc];
@@ -282,6 +296,26 @@ impl Finish<'_> {
             Some(ActivationKind::Gelu) => gelu_in_place(y),
             Some(kind) => per_act!(kind, K => y.iter_mut().for_each(|y| *y = act(K, *y))),
         }
+    }
+}
+
+/// `dst = max(src + bias [+ residual], 0)` (without `relu`, no max), 16 lanes at a time;
+/// `src`, `dst` and `residual` have one length. ReLU maps NaN to 0, as [`Finish::apply`] does.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_avx512(src: &[f32], dst: &mut [f32], bias: f32, residual: Option<&[f32]>, relu: bool) {
+    use std::arch::x86_64::*;
+    let (n, b, zero) = (dst.len(), _mm512_set1_ps(bias), _mm512_setzero_ps());
+    for i in (0..n).step_by(16) {
+        let m = if n - i >= 16 { u16::MAX } else { ((1u32 << (n - i)) - 1) as u16 };
+        let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)), b);
+        if let Some(r) = residual {
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r.as_ptr().add(i)));
+        }
+        if relu {
+            v = _mm512_max_ps(v, zero);
+        }
+        _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), m, v);
     }
 }
 
@@ -326,7 +360,7 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
             }
         };
         let epilogue: Option<Epilogue> = finish.is_some().then_some(&epilogue);
-        if direct::conv(xs, cig, weights[gi], g, chunk, parallel, epilogue) {
+        if direct::conv(xs, cig, weights[gi], g, chunk, parallel, finish.map(|f| (f, gi * cog, first))) {
             return Ok(());
         }
         let nr = weights[gi].tile().nr;
