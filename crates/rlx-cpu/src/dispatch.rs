@@ -81,7 +81,14 @@ pub fn prepack(op: &Op, b: In, out_dims: &[usize]) -> Option<Packed> {
     match op {
         Op::DequantMatMul(d) => quant::prepack(d, b, *out_dims.last()?)?.ok().map(Packed::Quant),
         _ if b.dtype != DType::F32 || b.bytes.len() != b.dims.iter().product::<usize>() * 4 => None,
-        Op::Conv(_) | Op::FusedConvBiasAct(_) => Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims))),
+        Op::Conv(c) => {
+            let g = conv::Geom::of_output(out_dims.get(2..)?, &c.kernel_size, &c.stride, &c.padding, &c.dilation);
+            Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims, &g)))
+        }
+        Op::FusedConvBiasAct(c) => {
+            let g = conv::Geom::of_output(out_dims.get(2..)?, &c.kernel_size, &c.stride, &c.padding, &c.dilation);
+            Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims, &g)))
+        }
         _ if b.dims.len() == 2 => Some(Packed::Gemm(matmul::prepack(b))),
         _ => None,
     }

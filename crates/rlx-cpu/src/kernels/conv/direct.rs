@@ -10,9 +10,13 @@
 //! per step of the inner dimension.
 
 use super::{Finish, Geom};
-use crate::kernels::matmul::{with_buffer, OutPtr, PackedB, MAX_TILE, PAR_FLOPS};
+use crate::kernels::matmul::{with_buffer, Layout, OutPtr, PackedB, Tile, MAX_TILE, PAR_FLOPS};
 use rayon::prelude::*;
 use std::cell::RefCell;
+
+/// Tiles along the cells one task runs side by side, sweeping each block of the packed
+/// operand over all of them.
+const GROUP: usize = 8;
 
 thread_local! {
     /// The padded copy of the input, kept per thread across calls.
@@ -21,7 +25,7 @@ thread_local! {
 
 /// Where each output cell's taps lie in the phase-split copy of one (image, group)'s input.
 #[derive(Debug, PartialEq)]
-struct Layout {
+struct Phased {
     /// Rows and columns of one phase plane.
     hq: usize,
     wq: usize,
@@ -33,9 +37,9 @@ struct Layout {
     taps: Vec<usize>,
 }
 
-impl Layout {
+impl Phased {
     /// The layout of a 2-D window (one cell on the leading axis); `None` otherwise.
-    fn new(g: &Geom) -> Option<Layout> {
+    fn new(g: &Geom) -> Option<Phased> {
         if g.big[0] != 1 || g.small[0] != 1 || g.k[0] != 1 {
             return None;
         }
@@ -50,7 +54,7 @@ impl Layout {
                 taps.push((plane * hq + ru / sh) * wq + rv / sw);
             }
         }
-        Some(Layout { hq, wq, phases, channel: phases[0] * phases[1] * hq * wq, taps })
+        Some(Phased { hq, wq, phases, channel: phases[0] * phases[1] * hq * wq, taps })
     }
 
     /// Copies one channel `x [H, W]` into its `channel` floats of the copy.
@@ -80,68 +84,156 @@ impl Layout {
     }
 }
 
-/// `out [C_out, O] = w · windows(x)` for one (image, group) of a conv, `x [c_in, H, W]` and `w`
-/// packed by rows ([`super::prepack`]), finished on the way out by `finish` when given as
-/// `(finish, channel of row 0, flat output index of out[0])`. Returns `false`, writing
-/// nothing, when the op is not 2-D or `w`'s tile has no in-place kernel
-/// ([`Tile::gathered`](crate::kernels::matmul::Tile::gathered)).
-pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32], parallel: bool, finish: Option<(&Finish, usize, usize)>) -> bool {
-    let Some(layout) = Layout::new(g) else { return false };
-    let tile = w.tile();
-    let cells = g.small[1] * layout.wq;
+/// How a direct conv's register tiles cover its output `[C_out, cells]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tiling {
+    /// Rows are output channels (`w` packed [`Layout::RowsOfA`]), columns `16·nv` consecutive
+    /// cell numbers `q` (the dropped ones included).
+    Channels { nv: usize },
+    /// Rows are `mr` cells of one output row, columns output channels (`w` packed
+    /// [`Layout::ColumnsOfA`]): no dropped cells, for narrow outputs.
+    Cells { mr: usize },
+}
+
+/// Vectors per tile row when output channels are the rows: three load less per multiply-add,
+/// two pad less on narrow outputs.
+fn vectors(tile: &Tile, cells: usize) -> usize {
     let padded = |nv: usize| cells.div_ceil(16 * nv) * 16 * nv;
-    // Three vectors a row load less per multiply-add; two pad less on narrow outputs.
-    let nv = if tile.gathered(3).is_some() && padded(3) * 25 <= padded(2) * 27 { 3 } else { 2 };
-    let Some(kernel) = tile.gathered(nv) else { return false };
-    let (mr, nr, o, ow, taps) = (tile.mr, 16 * nv, g.small_cells(), g.small[2], layout.taps.len());
+    if tile.gathered(3).is_some() && padded(3) * 25 <= padded(2) * 27 {
+        3
+    } else {
+        2
+    }
+}
+
+/// Cells per tile row when cells are the rows: the count from 4 to `tile.mr` that pads an
+/// output row of `ow` cells the least (the larger on ties).
+fn cell_rows(tile: &Tile, ow: usize) -> usize {
+    (4..=tile.mr).filter(|&m| tile.gathered_rows(m).is_some()).min_by_key(|&m| (ow.div_ceil(m) * m, usize::MAX - m)).unwrap_or(tile.mr)
+}
+
+/// The tile and packing for the weight of a conv with `c_out` output channels (of its group)
+/// over window `g` (its `big` is not read): output channels as rows on the tile that pads them
+/// least, unless cells as rows on some AVX-512 tile waste clearly less (the tiles' share of
+/// useful work, times `m·v / (m·v + 2)` for `m` rows of `v` vectors: bigger tiles keep more of
+/// their time on multiply-adds).
+pub(super) fn packing(c_out: usize, g: &Geom) -> (Tile, Layout) {
+    let rows = Tile::for_rows(c_out);
+    let Some(phased) = Phased::new(g).filter(|_| rows.gathered(2).is_some()) else { return (rows, Layout::RowsOfA) };
+    let share = |used: usize, all: usize, m: usize, v: usize| used as f64 / all as f64 * (m * v) as f64 / (m * v + 2) as f64;
+    let (oh, ow, cells) = (g.small[1], g.small[2], g.small[1] * phased.wq);
+    let nv = vectors(&rows, cells);
+    let by_channels = share(c_out * oh * ow, c_out.div_ceil(rows.mr) * rows.mr * cells.div_ceil(16 * nv) * 16 * nv, rows.mr, nv);
+    let by_cells = |t: &Tile| {
+        let m = cell_rows(t, ow);
+        share(c_out * ow, c_out.div_ceil(t.nr) * t.nr * ow.div_ceil(m) * m, m, t.nr / 16)
+    };
+    let tiles: Vec<Tile> = Tile::available().into_iter().filter(|t| t.isa == rows.isa && t.gathered_rows(4).is_some()).collect();
+    match tiles.into_iter().map(|t| (by_cells(&t), t)).max_by(|a, b| a.0.total_cmp(&b.0)) {
+        Some((share, t)) if share > 1.03 * by_channels => (t, Layout::ColumnsOfA),
+        _ => (rows, Layout::RowsOfA),
+    }
+}
+
+/// `out [C_out, O] = w · windows(x)` for one (image, group) of a conv, `x [c_in, H, W]` and `w`
+/// packed as [`packing`] says ([`super::prepack`]), finished on the way out by `finish` when
+/// given as `(finish, channel of row 0, flat output index of out[0])`. Returns `false`,
+/// writing nothing, when the op is not 2-D or `w`'s tile has no in-place kernel
+/// ([`Tile::gathered`], [`Tile::gathered_rows`]).
+pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32], parallel: bool, finish: Option<(&Finish, usize, usize)>) -> bool {
+    let Some(phased) = Phased::new(g) else { return false };
+    let (tile, o, oh, ow, wq, taps) = (w.tile(), g.small_cells(), g.small[1], g.small[2], phased.wq, phased.taps.len());
+    let cells = oh * wq;
+    let tiling = match w.layout() {
+        Layout::RowsOfA => Tiling::Channels { nv: vectors(&tile, cells) },
+        Layout::ColumnsOfA => Tiling::Cells { mr: cell_rows(&tile, ow) },
+        Layout::B => return false,
+    };
+    let (kernel, mr, nr) = match tiling {
+        Tiling::Channels { nv } => (tile.gathered(nv), tile.mr, 16 * nv),
+        Tiling::Cells { mr } => (tile.gathered_rows(mr), mr, tile.nr),
+    };
+    let Some(kernel) = kernel else { return false };
     let c_out = out.len() / o;
-    let (mt, nt, k) = (c_out.div_ceil(mr), cells.div_ceil(nr), c_in * taps);
-    let offsets: Vec<usize> = (0..k).map(|p| p / taps * layout.channel + layout.taps[p % taps]).collect();
+    // Tiles along the packed operand's panels (`panel`) and along the cells (`at`).
+    let (panels, segments) = match tiling {
+        Tiling::Channels { .. } => (c_out.div_ceil(mr), cells.div_ceil(nr)),
+        Tiling::Cells { mr } => (c_out.div_ceil(nr), oh * ow.div_ceil(mr)),
+    };
+    let (k, groups) = (c_in * taps, segments.div_ceil(GROUP));
+    let offsets: Vec<usize> = (0..k).map(|p| p / taps * phased.channel + phased.taps[p % taps]).collect();
     let parallel = parallel && c_out * k * o >= PAR_FLOPS && rayon::current_num_threads() > 1;
-    let copied = c_in * layout.channel;
-    with_buffer(&INPUT, copied + nt * nr, |copy| {
+    let copied = c_in * phased.channel;
+    with_buffer(&INPUT, copied + cells.div_ceil(nr) * nr + mr + wq, |copy| {
         let (planes, slack) = copy.split_at_mut(copied);
-        let fill = |(c, dst): (usize, &mut [f32])| layout.fill(&x[c * g.big_cells()..][..g.big_cells()], g, dst);
+        let fill = |(c, dst): (usize, &mut [f32])| phased.fill(&x[c * g.big_cells()..][..g.big_cells()], g, dst);
         if parallel {
-            planes.par_chunks_mut(layout.channel).enumerate().for_each(fill);
+            planes.par_chunks_mut(phased.channel).enumerate().for_each(fill);
         } else {
-            planes.chunks_mut(layout.channel).enumerate().for_each(fill);
+            planes.chunks_mut(phased.channel).enumerate().for_each(fill);
         }
         slack.fill(0.0);
         let (copy, dst) = (&*copy, OutPtr(out.as_mut_ptr()));
-        let task = |t: usize| {
-            let (i, j) = (t / nt, t % nt);
-            let mut acc = [0.0f32; MAX_TILE];
-            for (p0, kc, panels) in w.blocks() {
-                // Safety: row panel `i` holds `mr × kc` floats; every read `j·nr + offsets[p] +
-                // 0..nr` stays inside the copy (the last tile's overhang lands in `slack`), and
-                // `acc` holds the `mr × nr` tile.
-                unsafe { kernel(kc, panels[i * mr * kc..].as_ptr(), copy.as_ptr().add(j * nr), offsets[p0..].as_ptr(), acc.as_mut_ptr(), nr, p0 > 0) };
+        let put = |channel: usize, cell: usize, src: &[f32]| {
+            // Safety: each task alone writes its channels' cells (disjoint tiles of the output).
+            let piece = unsafe { std::slice::from_raw_parts_mut(dst.get().add(channel * o + cell), src.len()) };
+            match finish {
+                Some((f, first, at)) => f.store(first + channel, at + channel * o + cell, src, piece),
+                None => piece.copy_from_slice(src),
             }
-            let (h, q1) = (mr.min(c_out - i * mr), ((j + 1) * nr).min(cells));
-            let mut q = j * nr;
-            while q < q1 {
-                let (row_start, col) = (q - q % layout.wq, q % layout.wq);
-                if col < ow {
-                    let (cell, len) = (q / layout.wq * ow + col, (row_start + ow).min(q1) - q);
-                    for r in 0..h {
-                        let row = i * mr + r;
-                        // Safety: task `t` alone writes these cells of output rows of its panel.
-                        let piece = unsafe { std::slice::from_raw_parts_mut(dst.get().add(row * o + cell), len) };
-                        let src = &acc[r * nr + q - j * nr..][..len];
-                        match finish {
-                            Some((f, channel, at)) => f.store(channel + row, at + row * o + cell, src, piece),
-                            None => piece.copy_from_slice(src),
+        };
+        let q0 = |segment: usize| match tiling {
+            Tiling::Channels { .. } => segment * nr,
+            Tiling::Cells { mr } => segment / ow.div_ceil(mr) * wq + segment % ow.div_ceil(mr) * mr,
+        };
+        let finished = |panel: usize, segment: usize, acc: &[f32]| match tiling {
+            Tiling::Channels { .. } => {
+                let (h, q0, q1) = (mr.min(c_out - panel * mr), q0(segment), (q0(segment) + nr).min(cells));
+                let mut q = q0;
+                while q < q1 {
+                    let (row_start, col) = (q - q % wq, q % wq);
+                    if col < ow {
+                        let (cell, len) = (q / wq * ow + col, (row_start + ow).min(q1) - q);
+                        for r in 0..h {
+                            put(panel * mr + r, cell, &acc[r * nr + q - q0..][..len]);
                         }
                     }
+                    q = row_start + wq;
                 }
-                q = row_start + layout.wq;
+            }
+            Tiling::Cells { mr } => {
+                let (row, col) = (q0(segment) / wq, q0(segment) % wq);
+                let len = mr.min(ow - col);
+                let mut column = [0.0f32; 16];
+                for c in 0..nr.min(c_out - panel * nr) {
+                    column.iter_mut().zip(acc[c..].iter().step_by(nr)).take(len).for_each(|(v, &a)| *v = a);
+                    put(panel * nr + c, row * ow + col, &column[..len]);
+                }
+            }
+        };
+        let width = if let Tiling::Channels { .. } = tiling { mr } else { nr };
+        // A task: one panel × up to GROUP segments, each block of the packed operand swept
+        // over all of them while it is in cache.
+        let task = |t: usize| {
+            let (panel, group) = (t / groups, t % groups);
+            let range = group * GROUP..((group + 1) * GROUP).min(segments);
+            let mut acc = [[0.0f32; MAX_TILE]; GROUP];
+            for (p0, kc, packed) in w.blocks() {
+                for (segment, acc) in range.clone().zip(acc.iter_mut()) {
+                    // Safety: panel `panel` holds `width × kc` floats; every read at `q0 +
+                    // offsets[p]` (`nr` floats by channels, `mr` by cells) stays inside the copy,
+                    // the overhang of the last tiles landing in `slack`; `acc` holds `mr × nr`.
+                    unsafe { kernel(kc, packed[panel * width * kc..].as_ptr(), copy.as_ptr().add(q0(segment)), offsets[p0..].as_ptr(), acc.as_mut_ptr(), nr, p0 > 0) };
+                }
+            }
+            for (segment, acc) in range.zip(&acc) {
+                finished(panel, segment, acc);
             }
         };
         if parallel {
-            (0..mt * nt).into_par_iter().for_each(task);
+            (0..panels * groups).into_par_iter().for_each(task);
         } else {
-            (0..mt * nt).for_each(task);
+            (0..panels * groups).for_each(task);
         }
     });
     true
@@ -152,11 +244,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn narrow_outputs_take_cells_as_tile_rows() {
+        // 512 channels over 7 × 7 cells: by channels a tile would drop 14 of each 63 cell
+        // numbers; by cells, 7 to a tile row, nothing. 64 channels over 56 × 56: by channels.
+        let avx512 = Tile::best().gathered(2).is_some();
+        let narrow = Geom::of_output(&[7, 7], &[3, 3], &[1, 1], &[1, 1], &[1, 1]);
+        let (tile, layout) = packing(512, &narrow);
+        assert_eq!(layout, if avx512 { Layout::ColumnsOfA } else { Layout::RowsOfA });
+        if avx512 {
+            assert_eq!(cell_rows(&tile, 7), 7);
+        }
+        let wide = Geom::of_output(&[56, 56], &[3, 3], &[1, 1], &[1, 1], &[1, 1]);
+        let (tile, layout) = packing(64, &wide);
+        assert_eq!((layout, 64 % tile.mr), (Layout::RowsOfA, 0));
+    }
+
+    #[test]
     fn layout_places_each_tap_of_a_strided_dilated_window() {
         // 3×3 window, stride 2, dilation 2 on W: tap (u, v) is at row phase u % 2 (plane 0 or
         // 2 of 2 × 2), row u / 2, column v (2·v is even: column phase 0).
         let g = Geom::new(&[9, 10], &[5, 4], &[3, 3], &[2, 2], &[1, 1], &[1, 2]);
-        let l = Layout::new(&g).unwrap();
+        let l = Phased::new(&g).unwrap();
         assert_eq!((l.hq, l.wq, l.phases), (6, 6, [2, 2]));
         assert_eq!(l.taps, vec![0, 1, 2, 72, 73, 74, 6, 7, 8]);
         let x: Vec<f32> = (0..90).map(|i| i as f32 + 1.0).collect();

@@ -26,7 +26,7 @@ pub use resize::resize_nearest;
 
 use super::elementwise::{act, gelu_in_place};
 use super::fused::per_act;
-use super::matmul::{gemm_slice, narrow, sgemm_filled, widen, Epilogue, Mat, MatMut, PackedB, Tile};
+use super::matmul::{gemm_slice, narrow, sgemm_filled, widen, Epilogue, Layout, Mat, MatMut, PackedB};
 use super::real::Real;
 use super::{by_size, PAR_MIN};
 use crate::view::{In, Out};
@@ -78,6 +78,12 @@ impl Geom {
             p: axes3(padding, r, 0, 0),
             d: axes3(dilation, r, 1, 1),
         }
+    }
+
+    /// A window over an output of extent `small` whose input extent is not known (`big` is set
+    /// to `small`): enough to choose how to pack the weight ([`prepack`]).
+    pub fn of_output(small: &[usize], kernel: &[usize], stride: &[usize], padding: &[usize], dilation: &[usize]) -> Geom {
+        Geom::new(small, small, kernel, stride, padding, dilation)
     }
 
     /// Cells of one big plane.
@@ -319,12 +325,17 @@ unsafe fn store_avx512(src: &[f32], dst: &mut [f32], bias: f32, residual: Option
     }
 }
 
-/// Packs the weight `w [C_out, C_in, K]` of an ungrouped conv once, as [`conv_f32`] reads it:
-/// the rows of `[C_out, C_in·K]` in the row panels of the tile that pads `C_out` the least.
-/// `dims` is the weight's shape.
-pub fn prepack(w: &[f32], dims: &[usize]) -> PackedB {
+/// Packs the weight `w [C_out, C_in, K]` of an ungrouped conv over window `g` once, as
+/// [`conv_f32`] reads it: the rows of `[C_out, C_in·K]` in row panels, or for a direct conv
+/// with cells as the tile's rows in column panels of its transpose ([`direct::packing`]).
+/// `dims` is the weight's shape; `g`'s input extent is not read.
+pub fn prepack(w: &[f32], dims: &[usize], g: &Geom) -> PackedB {
     let (rows, cols) = (dims.first().copied().unwrap_or(0), dims.iter().skip(1).product());
-    PackedB::rows_of(Tile::for_rows(rows), Mat::row_major(w, rows, cols), dims)
+    let a = Mat::row_major(w, rows, cols);
+    match direct::packing(rows, g) {
+        (tile, Layout::ColumnsOfA) => PackedB::columns_of(tile, a, dims),
+        (tile, _) => PackedB::rows_of(tile, a, dims),
+    }
 }
 
 /// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)` on
@@ -345,7 +356,7 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
         Some(p) if ch.groups == 1 && p.dims().iter().product::<usize>() == cog * rows => vec![p],
         Some(p) => return Err(format!("conv: weight packed as {:?} for {} groups of [{cog}, {rows}]", p.dims(), ch.groups)),
         None => {
-            let group = |gi: usize| prepack(&w[gi * cog * rows..][..cog * rows], &[cog, rows]);
+            let group = |gi: usize| prepack(&w[gi * cog * rows..][..cog * rows], &[cog, rows], g);
             own = (0..ch.groups).map(group).collect();
             own.iter().collect()
         }
@@ -660,6 +671,7 @@ pub fn im2col_op(a: &Im2Col, x: In, out: &mut Out) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::matmul::Tile;
 
     /// Direct-loop cross-correlation over 3 spatial axes, the definition the GEMM path must
     /// reproduce.
@@ -757,6 +769,9 @@ mod tests {
             if ch.groups == 1 {
                 let rows = w.len() / ch.c_out;
                 packs.extend(Tile::available().into_iter().map(|t| Some(PackedB::rows_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
+                // Output cells as the direct conv's tile rows, where it runs (2-D, AVX-512).
+                let cells = Tile::available().into_iter().filter(|t| big[0] == 1 && t.gathered_rows(4).is_some());
+                packs.extend(cells.map(|t| Some(PackedB::columns_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
             }
             for packed in &packs {
                 let mut out = vec![f32::NAN; plain.len()];
@@ -764,7 +779,7 @@ mod tests {
                 let mut fused = vec![f32::NAN; plain.len()];
                 let finish = Finish { bias: &b, residual: Some(&r), activation: Some(ActivationKind::Relu) };
                 conv_f32(&x, &w, &mut fused, ch, &g, Some(&finish), packed.as_ref()).unwrap();
-                let tile = packed.as_ref().map_or("per call", |p| p.tile().name);
+                let tile = packed.as_ref().map_or("per call".into(), |p| format!("{} {:?}", p.tile().name, p.layout()));
                 for (got, want) in [(&out, &plain), (&fused, &finished)] {
                     for (a, b) in got.iter().zip(want.iter()) {
                         assert!((*a as f64 - b).abs() < 1e-5 * (1.0 + b.abs()), "{a} vs {b} for {g:?} {ch:?} on {tile}");
@@ -773,8 +788,8 @@ mod tests {
             }
         }
         let (x, w, mut out) = (vec![1.0f32; 16], vec![1.0f32; 1], vec![0.0f32; 16]);
-        let wrong = prepack(&[1.0; 8], &[2, 1, 2, 2]);
         let (ch, g) = (Channels { n: 1, c_in: 1, c_out: 1, groups: 1 }, Geom::new(&[4, 4], &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]));
+        let wrong = prepack(&[1.0; 8], &[2, 1, 2, 2], &g);
         assert!(conv_f32(&x, &w, &mut out, ch, &g, None, Some(&wrong)).unwrap_err().contains("packed as [2, 1, 2, 2]"));
     }
 

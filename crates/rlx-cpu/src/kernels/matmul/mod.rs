@@ -8,7 +8,7 @@ mod sgemm;
 mod tile;
 
 pub use rows::FEW_ROWS;
-pub use sgemm::{sgemm, sgemm_filled, sgemm_prepacked, sgemm_then, sgemm_with, Element, Epilogue, FillB, Mat, MatMut, PackedB, PAR_FLOPS};
+pub use sgemm::{sgemm, sgemm_filled, sgemm_prepacked, sgemm_then, sgemm_with, Element, Epilogue, FillB, Layout, Mat, MatMut, PackedB, PAR_FLOPS};
 pub use tile::{Gathered, Tile, MAX_TILE};
 pub(crate) use sgemm::{with_buffer, OutPtr};
 

@@ -147,22 +147,32 @@ pub fn sgemm_prepacked<A: Element>(
     parallel: bool,
     epilogue: Option<Epilogue>,
 ) -> Result<(), String> {
-    if packed.rows || (packed.k, packed.n) != (b.rows, b.cols) {
+    if packed.layout != Layout::B || (packed.k, packed.n) != (b.rows, b.cols) {
         return Err(format!("sgemm: b packed as [{}, {}] is [{}, {}]", packed.k, packed.n, b.rows, b.cols));
     }
     product(packed.tile, a, b, Some(packed), c, accumulate, parallel, epilogue)
 }
 
+/// What a [`PackedB`] holds, and for which product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `b [k, n]` in `nr`-column panels ([`PackedB::new`], for [`sgemm_prepacked`]).
+    B,
+    /// The rows of an `a [m, k]` in `mr`-row panels ([`PackedB::rows_of`], for
+    /// [`sgemm_filled`] and a direct conv with output channels as the tile's rows).
+    RowsOfA,
+    /// The rows of an `a [m, k]` as the `nr`-column panels of `aᵀ` ([`PackedB::columns_of`],
+    /// for a direct conv with output cells as the tile's rows).
+    ColumnsOfA,
+}
+
 /// A weight packed once into a tile's panels, so that the products reading it skip packing
-/// it on every call: `b [k, n]` in `nr`-column panels ([`PackedB::new`], for
-/// [`sgemm_prepacked`]), or `a [m, k]` in `mr`-row panels ([`PackedB::rows_of`], for
-/// [`sgemm_filled`]).
+/// it on every call (see [`Layout`]).
 pub struct PackedB {
     tile: Tile,
-    /// Columns of the packed matrix per panel: `nr`, or `mr` for `a`'s rows (`aᵀ` packed).
+    /// Columns of the packed matrix per panel: `nr`, or `mr` for [`Layout::RowsOfA`].
     width: usize,
-    /// The packed matrix is `aᵀ`: its columns are the rows of the operand.
-    rows: bool,
+    layout: Layout,
     /// Shape of the packed matrix, `[k, n]` (for `aᵀ`, `k` = `a`'s columns).
     k: usize,
     n: usize,
@@ -181,7 +191,7 @@ impl PackedB {
 
     /// Packs `b` for `tile`.
     pub fn with_tile<B: Element>(tile: Tile, b: Mat<B>) -> PackedB {
-        PackedB::panels_of(tile, tile.nr, false, b, vec![b.rows, b.cols])
+        PackedB::panels_of(tile, Layout::B, b, vec![b.rows, b.cols])
     }
 
     /// Packs the rows of `a [m, k]` for `tile` as [`sgemm_filled`] reads them; `dims` is the
@@ -189,10 +199,18 @@ impl PackedB {
     /// [`PackedB::dims`] reports and [`PackedB::unpack`] lays out.
     pub fn rows_of(tile: Tile, a: Mat<f32>, dims: &[usize]) -> PackedB {
         let at = Mat { data: a.data, rows: a.cols, cols: a.rows, strides: [a.strides[1], a.strides[0]] };
-        PackedB::panels_of(tile, tile.mr, true, at, dims.to_vec())
+        PackedB::panels_of(tile, Layout::RowsOfA, at, dims.to_vec())
     }
 
-    fn panels_of<B: Element>(tile: Tile, width: usize, rows: bool, b: Mat<B>, dims: Vec<usize>) -> PackedB {
+    /// Packs `aᵀ` for an `a [m, k]` in `tile`'s `nr`-column panels ([`Layout::ColumnsOfA`]);
+    /// `dims` as on [`PackedB::rows_of`].
+    pub fn columns_of(tile: Tile, a: Mat<f32>, dims: &[usize]) -> PackedB {
+        let at = Mat { data: a.data, rows: a.cols, cols: a.rows, strides: [a.strides[1], a.strides[0]] };
+        PackedB::panels_of(tile, Layout::ColumnsOfA, at, dims.to_vec())
+    }
+
+    fn panels_of<B: Element>(tile: Tile, layout: Layout, b: Mat<B>, dims: Vec<usize>) -> PackedB {
+        let width = if layout == Layout::RowsOfA { tile.mr } else { tile.nr };
         let (k, n) = (b.rows, b.cols);
         let padded = n.div_ceil(width) * width;
         let mut data = vec![0.0f32; k * padded];
@@ -203,7 +221,7 @@ impl PackedB {
                 pack_b(&b, p0, j * width, width, panel);
             }
         }
-        PackedB { tile, width, rows, k, n, dims, data }
+        PackedB { tile, width, layout, k, n, dims, data }
     }
 
     /// The weight again, row-major in [`PackedB::dims`] (the inverse of the packing on f32).
@@ -217,7 +235,7 @@ impl PackedB {
             for (j, panel) in self.data[p0 * padded..(p0 + kc) * padded].chunks_exact(kc * width).enumerate() {
                 let w = width.min(n - j * width);
                 for (p, step) in panel.chunks_exact(width).enumerate() {
-                    if self.rows {
+                    if self.layout != Layout::B {
                         for (c, &v) in step[..w].iter().enumerate() {
                             b[(j * width + c) * k + p0 + p] = v;
                         }
@@ -235,14 +253,19 @@ impl PackedB {
         self.tile
     }
 
+    /// What it holds.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
     /// The shape of the packed weight: `[k, n]` for a `b`, the given dims for rows of an `a`.
     pub fn dims(&self) -> Vec<usize> {
         self.dims.clone()
     }
 
     /// The blocks of the inner dimension as `(p0, kc, panels)`: the panels of steps
-    /// `p0..p0 + kc`, one `kc × width` panel per tile after another (for rows of an `a`, row
-    /// panel `i` at `panels[i·mr·kc..]`, step-major).
+    /// `p0..p0 + kc`, one `kc × width` panel per tile after another (panel `i` at
+    /// `panels[i·width·kc..]`, step-major).
     pub(crate) fn blocks(&self) -> impl Iterator<Item = (usize, usize, &[f32])> + '_ {
         let block = inner_block(self.k);
         (0..self.k).step_by(block).map(move |p0| {
@@ -502,7 +525,7 @@ pub type FillB<'f> = &'f (dyn Fn(usize, usize, std::ops::Range<usize>, &mut [f32
 /// them). With `parallel` a large product splits over the rayon pool.
 pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, mut c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
     let (m, k, tile) = (a.n, a.k, a.tile);
-    if !a.rows || c.rows != m || c.cols != n {
+    if a.layout != Layout::RowsOfA || c.rows != m || c.cols != n {
         return Err(format!("sgemm: a packed as [{m}, {k}] × [{k}, {n}] does not give [{}, {}]", c.rows, c.cols));
     }
     if trivial(&mut c, k, false, epilogue)? {

@@ -315,6 +315,9 @@ fn filled_b_over_a_packed_by_rows_gives_the_packed_results_and_unpacks() {
                     check(&got, n, &reference, m, n, k, tile.name);
                     assert_eq!(packed.unpack(), av, "{} unpacks the rows of [{m}, {k}]", tile.name);
                     assert_eq!(packed.dims(), [m, 1, k]);
+                    let columns = PackedB::columns_of(tile, a, &[m, 1, k]);
+                    assert_eq!((columns.unpack(), columns.layout()), (av.clone(), Layout::ColumnsOfA), "{} unpacks the columns of [{m}, {k}]ᵀ", tile.name);
+                    assert!(sgemm_filled(&columns, n, &fill, MatMut::row_major(&mut got, m, n), true, None).is_err());
                 }
             });
         }

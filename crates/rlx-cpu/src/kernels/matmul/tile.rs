@@ -28,8 +28,10 @@ pub struct Tile {
     pub(super) dot: Rows,
 }
 
-/// A tile kernel whose `b` row at step `p` is read in place at `x + offsets[p]` instead of
-/// from a packed panel: `kernel(kc, a, x, offsets, c, ldc, add)`, otherwise as on [`Tile`].
+/// A tile kernel with one operand packed and the other read in place at step `p` from
+/// `x + offsets[p]`: `kernel(kc, packed, x, offsets, c, ldc, add)`, otherwise as on [`Tile`].
+/// From [`Tile::gathered`] the packed operand is `a` and `b`'s rows are read in place; from
+/// [`Tile::gathered_rows`] the packed operand is `b` and `a`'s columns are read in place.
 pub type Gathered = unsafe fn(usize, *const f32, *const f32, *const usize, *mut f32, usize, bool);
 
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
@@ -91,6 +93,33 @@ impl Tile {
         None
     }
 
+    /// A kernel of `mr` rows (4 to this tile's `mr`) and this tile's `nr` columns reading `a`'s
+    /// columns in place and `b` from this tile's panels ([`Gathered`]), where one exists
+    /// (AVX-512).
+    pub fn gathered_rows(&self, mr: usize) -> Option<Gathered> {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == "avx512" {
+            use x86::avx512_gathered_a as k;
+            return match (self.nr, mr) {
+                (48, 4) => Some(k::<4, 3>),
+                (48, 5) => Some(k::<5, 3>),
+                (48, 6) => Some(k::<6, 3>),
+                (48, 7) => Some(k::<7, 3>),
+                (48, 8) => Some(k::<8, 3>),
+                (32, 4) => Some(k::<4, 2>),
+                (32, 5) => Some(k::<5, 2>),
+                (32, 6) => Some(k::<6, 2>),
+                (32, 7) => Some(k::<7, 2>),
+                (32, 8) => Some(k::<8, 2>),
+                (32, 10) => Some(k::<10, 2>),
+                (32, 12) => Some(k::<12, 2>),
+                _ => None,
+            };
+        }
+        let _ = mr;
+        None
+    }
+
     /// The tile of [`Tile::best`]'s instruction set that pads `m` rows the least (ties go to
     /// the best): for a weight packed by rows, such as a conv's output channels.
     pub fn for_rows(m: usize) -> Tile {
@@ -146,6 +175,19 @@ mod x86 {
         for p in 0..kc {
             step::<MR, NV>(&mut acc, a, x.add(*offsets.add(p)));
             a = a.add(MR);
+        }
+        store(&acc, c, ldc, add);
+    }
+
+    /// `MR × 16·NV` whose `a` column at step `p` is the `MR` floats at `x + offsets[p]` and
+    /// whose `b` is a packed panel (a direct convolution with output cells as rows).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512_gathered_a<const MR: usize, const NV: usize>(kc: usize, b: *const f32, x: *const f32, offsets: *const usize, c: *mut f32, ldc: usize, add: bool) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let mut b = b;
+        for p in 0..kc {
+            step::<MR, NV>(&mut acc, x.add(*offsets.add(p)), b);
+            b = b.add(16 * NV);
         }
         store(&acc, c, ldc, add);
     }
