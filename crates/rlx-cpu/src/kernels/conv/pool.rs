@@ -138,6 +138,28 @@ fn planes<T: PoolElem>(kind: ReduceOp, x: &[T], out: &mut [T], g: &Geom, init: T
     });
 }
 
+/// f32 `Max` pooling of 2-D planes in two passes per output row, as [`planes`] computes it:
+/// the maximum of each input column over the window's rows (contiguous, so it vectorises),
+/// then of those over the window's columns. Among equal values the earlier row, then column,
+/// wins (only the sign of a zero can tell).
+fn max_planes_2d(x: &[f32], out: &mut [f32], g: &Geom) {
+    let ([_, h, w], [_, _, ow]) = (g.big, g.small);
+    let max = |a: f32, b: f32| if a >= b || a.is_nan() { a } else { b };
+    for_chunks(out, g.small_cells(), g.small_cells() * g.taps(), |plane, out| {
+        let x = &x[plane * h * w..][..h * w];
+        let mut columns = vec![f32::NEG_INFINITY; w];
+        for (r, row) in out.chunks_exact_mut(ow).enumerate() {
+            columns.fill(f32::NEG_INFINITY);
+            for ih in (0..g.k[1]).filter_map(|kh| g.src(1, r, kh)) {
+                columns.iter_mut().zip(&x[ih * w..][..w]).for_each(|(m, &v)| *m = max(*m, v));
+            }
+            for (c, o) in row.iter_mut().enumerate() {
+                *o = (0..g.k[2]).filter_map(|kw| g.src(2, c, kw)).fold(f32::NEG_INFINITY, |m, iw| max(m, columns[iw]));
+            }
+        }
+    });
+}
+
 /// The pooling geometry of `x [N, C, spatial…]` into `out`, dilation 1.
 fn pool_geom(kernel: &[usize], stride: &[usize], padding: &[usize], x: &[usize], out: &[usize]) -> Geom {
     Geom::new(&x[2..], &out[2..], kernel, stride, padding, &[])
@@ -151,6 +173,7 @@ fn pool_geom(kernel: &[usize], stride: &[usize], padding: &[usize], x: &[usize],
 pub fn pool(a: &Pool, x: In, out: &mut Out) -> Result<(), String> {
     let g = pool_geom(&a.kernel_size, &a.stride, &a.padding, x.dims, out.dims);
     match x.dtype {
+        DType::F32 if a.kind == ReduceOp::Max && g.big[0] == 1 && g.k[0] == 1 => max_planes_2d(x.get::<f32>(), out.get::<f32>(), &g),
         DType::F32 => pool_planes(a.kind, x.get::<f32>(), out.get::<f32>(), &g, (f32::NEG_INFINITY, f32::INFINITY)),
         DType::F64 => pool_planes(a.kind, x.get::<f64>(), out.get::<f64>(), &g, (f64::NEG_INFINITY, f64::INFINITY)),
         DType::F16 | DType::BF16 => {
@@ -220,4 +243,32 @@ pub fn max_pool_backward(a: &MaxPool2dBackward, x: In, dy: In, out: &mut Out) ->
 /// `MaxPool3dBackward(x [N,C,D,H,W], ȳ)`, the 3-D analogue.
 pub fn max_pool3d_backward(a: &MaxPool3dBackward, x: In, dy: In, out: &mut Out) -> Result<(), String> {
     max_pool_backward_any(&a.kernel_size, &a.stride, &a.padding, x, dy, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_pass_f32_max_matches_the_window_loop() {
+        // Odd planes, windows over every edge (one wholly in the padding: −∞), strides 1–3,
+        // NaNs that must win.
+        let cases = [([9, 11], [3, 3], [2, 2], [1, 1]), ([7, 1], [2, 1], [1, 1], [1, 0]), ([5, 6], [3, 2], [3, 1], [2, 1]), ([1, 63], [1, 5], [1, 3], [0, 2]), ([4, 4], [1, 1], [1, 1], [1, 1])];
+        for ([h, w], k, s, p) in cases {
+            let small = [(h + 2 * p[0] - k[0]) / s[0] + 1, (w + 2 * p[1] - k[1]) / s[1] + 1];
+            let g = Geom::new(&[h, w], &small, &k, &s, &p, &[]);
+            let planes = 3;
+            let mut x: Vec<f32> = (0..planes * h * w).map(|i| ((i * 7919 % 1013) as f32 / 101.0 - 5.0).sin()).collect();
+            x[h * w + w / 2] = f32::NAN;
+            let mut want = vec![0.0f32; planes * g.small_cells()];
+            pool_planes(ReduceOp::Max, &x, &mut want, &g, (f32::NEG_INFINITY, f32::INFINITY));
+            let mut got = vec![0.0f32; want.len()];
+            max_planes_2d(&x, &mut got, &g);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(a == b || (a.is_nan() && b.is_nan()), "cell {i}: {a} vs {b} for {g:?}");
+            }
+            assert!(got.iter().any(|v| v.is_nan()));
+            assert_eq!(got.iter().any(|v| *v == f32::NEG_INFINITY), k == [1, 1]);
+        }
+    }
 }
