@@ -160,9 +160,13 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
         Tiling::Channels { .. } => (c_out.div_ceil(mr), cells.div_ceil(nr)),
         Tiling::Cells { mr } => (c_out.div_ceil(nr), oh * ow.div_ceil(mr)),
     };
-    let (k, groups) = (c_in * taps, segments.div_ceil(GROUP));
+    let k = c_in * taps;
     let offsets: Vec<usize> = (0..k).map(|p| p / taps * phased.channel + phased.taps[p % taps]).collect();
-    let parallel = parallel && c_out * k * o >= PAR_FLOPS && rayon::current_num_threads() > 1;
+    let threads = if parallel && c_out * k * o >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
+    let parallel = threads > 1;
+    // Segments per task: up to GROUP, fewer when that would leave under four tasks a thread.
+    let group = (panels * segments).div_ceil(4 * threads).div_ceil(panels).clamp(1, GROUP);
+    let groups = segments.div_ceil(group);
     let copied = c_in * phased.channel;
     with_buffer(&INPUT, copied + cells.div_ceil(nr) * nr + mr + wq, |copy| {
         let (planes, slack) = copy.split_at_mut(copied);
@@ -212,11 +216,11 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
             }
         };
         let width = if let Tiling::Channels { .. } = tiling { mr } else { nr };
-        // A task: one panel × up to GROUP segments, each block of the packed operand swept
-        // over all of them while it is in cache.
+        // A task: one panel × `group` segments, each block of the packed operand swept over
+        // all of them while it is in cache.
         let task = |t: usize| {
-            let (panel, group) = (t / groups, t % groups);
-            let range = group * GROUP..((group + 1) * GROUP).min(segments);
+            let (panel, first) = (t / groups, t % groups * group);
+            let range = first..(first + group).min(segments);
             let mut acc = [[0.0f32; MAX_TILE]; GROUP];
             for (p0, kc, packed) in w.blocks() {
                 for (segment, acc) in range.clone().zip(acc.iter_mut()) {
