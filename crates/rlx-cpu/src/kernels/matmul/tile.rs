@@ -153,17 +153,47 @@ unsafe fn portable<const MR: usize, const NR: usize>(kc: usize, a: *const f32, b
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// One step of an `MR × 16·NV` tile: `acc[i] += a[i] · b[0 .. 16·NV]` (a macro, not a
+    /// function: through a `&mut` the accumulators went to the stack and back on every call).
+    macro_rules! step {
+        ($acc:ident, $a:expr, $b:expr) => {{
+            let (a, b): (*const f32, *const f32) = ($a, $b);
+            let mut bv = [_mm512_setzero_ps(); NV];
+            for (h, v) in bv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(b.add(16 * h));
+            }
+            for (i, row) in $acc.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(*a.add(i));
+                for (r, &v) in row.iter_mut().zip(&bv) {
+                    *r = _mm512_fmadd_ps(x, v, *r);
+                }
+            }
+        }};
+    }
+
+    /// Writes (or with `add` adds) the accumulators to the row-major tile at `c`.
+    macro_rules! store {
+        ($acc:ident, $c:expr, $ldc:expr, $add:expr) => {
+            for (i, row) in $acc.iter().enumerate() {
+                for (h, &v) in row.iter().enumerate() {
+                    let p = $c.add(i * $ldc + 16 * h);
+                    _mm512_storeu_ps(p, if $add { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v });
+                }
+            }
+        };
+    }
+
     /// `MR × 16·NV` with `NV` zmm accumulators per row; `a`'s values are broadcast from memory.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn avx512<const MR: usize, const NV: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
-            step::<MR, NV>(&mut acc, a, b);
+            step!(acc, a, b);
             a = a.add(MR);
             b = b.add(16 * NV);
         }
-        store(&acc, c, ldc, add);
+        store!(acc, c, ldc, add);
     }
 
     /// `MR × 16·NV` whose `b` row at step `p` is the `16·NV` floats at `x + offsets[p]` (a
@@ -173,10 +203,10 @@ mod x86 {
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         let mut a = a;
         for p in 0..kc {
-            step::<MR, NV>(&mut acc, a, x.add(*offsets.add(p)));
+            step!(acc, a, x.add(*offsets.add(p)));
             a = a.add(MR);
         }
-        store(&acc, c, ldc, add);
+        store!(acc, c, ldc, add);
     }
 
     /// `MR × 16·NV` whose `a` column at step `p` is the `MR` floats at `x + offsets[p]` and
@@ -186,38 +216,10 @@ mod x86 {
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         let mut b = b;
         for p in 0..kc {
-            step::<MR, NV>(&mut acc, x.add(*offsets.add(p)), b);
+            step!(acc, x.add(*offsets.add(p)), b);
             b = b.add(16 * NV);
         }
-        store(&acc, c, ldc, add);
-    }
-
-    /// One step: `acc[i] += a[i] · b[0 .. 16·NV]`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn step<const MR: usize, const NV: usize>(acc: &mut [[__m512; NV]; MR], a: *const f32, b: *const f32) {
-        let mut bv = [_mm512_setzero_ps(); NV];
-        for (h, v) in bv.iter_mut().enumerate() {
-            *v = _mm512_loadu_ps(b.add(16 * h));
-        }
-        for (i, row) in acc.iter_mut().enumerate() {
-            let x = _mm512_set1_ps(*a.add(i));
-            for (r, &v) in row.iter_mut().zip(&bv) {
-                *r = _mm512_fmadd_ps(x, v, *r);
-            }
-        }
-    }
-
-    /// Writes (or with `add` adds) the accumulators to the row-major tile at `c`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn store<const MR: usize, const NV: usize>(acc: &[[__m512; NV]; MR], c: *mut f32, ldc: usize, add: bool) {
-        for (i, row) in acc.iter().enumerate() {
-            for (h, &v) in row.iter().enumerate() {
-                let p = c.add(i * ldc + 16 * h);
-                _mm512_storeu_ps(p, if add { _mm512_add_ps(_mm512_loadu_ps(p), v) } else { v });
-            }
-        }
+        store!(acc, c, ldc, add);
     }
 
     /// `MR × 16` with two ymm accumulators per row.
