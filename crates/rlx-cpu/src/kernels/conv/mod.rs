@@ -254,11 +254,11 @@ pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &
         let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
         let wg = &w[gi * cog * rows..][..cog * rows];
         if g.pointwise() {
-            gemm_slice(cog, rows, o, wg, [rows, 1], xs, [o, 1], chunk, false);
+            gemm_slice(Mat::row_major(wg, cog, rows), Mat::row_major(xs, rows, o), chunk, false);
         } else {
             let mut col = vec![T::ZERO; rows * o];
             im2col(xs, cig, g, &mut col);
-            gemm_slice(cog, rows, o, wg, [rows, 1], &col, [o, 1], chunk, false);
+            gemm_slice(Mat::row_major(wg, cog, rows), Mat::row_major(&col, rows, o), chunk, false);
         }
     });
     Ok(())
@@ -489,10 +489,10 @@ pub fn conv_transpose<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g:
         let wg = &w[gi * cig * rows..][..cig * rows];
         chunk.fill(T::ZERO);
         if g.pointwise() {
-            gemm_slice(rows, cig, o, wg, [1, rows], xs, [o, 1], chunk, false);
+            gemm_slice(Mat { data: wg, rows, cols: cig, strides: [1, rows] }, Mat::row_major(xs, cig, o), chunk, false);
         } else {
             let mut col = vec![T::ZERO; rows * o];
-            gemm_slice(rows, cig, o, wg, [1, rows], xs, [o, 1], &mut col, false);
+            gemm_slice(Mat { data: wg, rows, cols: cig, strides: [1, rows] }, Mat::row_major(xs, cig, o), &mut col, false);
             col2im(&col, cog, g, chunk);
         }
     });
@@ -518,7 +518,7 @@ pub fn conv_backward_weight<T: Real>(x: &[T], dy: &[T], dw: &mut [T], ch: Channe
                 im2col(xs, cig, g, &mut col);
                 &col
             };
-            gemm_slice(cog, o, rows, dys, [o, 1], cols, [1, o], chunk, b > 0);
+            gemm_slice(Mat::row_major(dys, cog, o), Mat { data: cols, rows: o, cols: rows, strides: [1, o] }, chunk, b > 0);
         }
     });
 }

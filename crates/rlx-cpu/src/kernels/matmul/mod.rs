@@ -265,21 +265,12 @@ pub fn dot_general(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), St
 
 /// One product `out (+)= a·b` over slices, for kernels that lower onto GEMM (conv as
 /// im2col + GEMM): `out [m, n]` row-major; `a [m, k]` and `b [k, n]` are read through
-/// `(row, column)` element strides, so a transposed operand needs no copy. With `accumulate`
+/// their strides, so a transposed operand needs no copy. With `accumulate`
 /// the product is added to `out`, else `out` is overwritten. Runs on several threads when
 /// large and not already inside a rayon task (callers that split their own work over threads
 /// get single-threaded products). Panics if a slice is too short for its geometry.
-pub fn gemm_slice<T: Real>(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[T],
-    a_strides: [usize; 2],
-    b: &[T],
-    b_strides: [usize; 2],
-    out: &mut [T],
-    accumulate: bool,
-) {
+pub fn gemm_slice<T: Real>(a: Mat<T>, b: Mat<T>, out: &mut [T], accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
     if m * n == 0 {
         return;
     }
@@ -291,8 +282,11 @@ pub fn gemm_slice<T: Real>(
         }
         return;
     }
-    assert!(a.len() > last(a_strides, m, k), "gemm_slice: a is too short for [{m}, {k}] at strides {a_strides:?}");
-    assert!(b.len() > last(b_strides, k, n), "gemm_slice: b is too short for [{k}, {n}] at strides {b_strides:?}");
+    let (a_strides, b_strides) = (a.strides, b.strides);
+    assert!(b.rows == k, "gemm_slice: [{m}, {k}] × [{}, {n}]", b.rows);
+    assert!(a.data.len() > last(a_strides, m, k), "gemm_slice: a is too short for [{m}, {k}] at strides {a_strides:?}");
+    assert!(b.data.len() > last(b_strides, k, n), "gemm_slice: b is too short for [{k}, {n}] at strides {b_strides:?}");
+    let (a, b) = (a.data, b.data);
     let outside_pool = rayon::current_thread_index().is_none();
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         let (a, b) = (bytemuck::cast_slice::<T, f32>(a), bytemuck::cast_slice::<T, f32>(b));
