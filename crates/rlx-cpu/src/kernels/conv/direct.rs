@@ -155,7 +155,7 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
     };
     let Some(kernel) = kernel else { return false };
     let c_out = out.len() / o;
-    // Tiles along the packed operand's panels (`panel`) and along the cells (`at`).
+    // Tiles along the packed operand's panels and along the cells (segments).
     let (panels, segments) = match tiling {
         Tiling::Channels { .. } => (c_out.div_ceil(mr), cells.div_ceil(nr)),
         Tiling::Cells { mr } => (c_out.div_ceil(nr), oh * ow.div_ceil(mr)),
