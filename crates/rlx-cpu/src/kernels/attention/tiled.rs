@@ -10,6 +10,7 @@
 use super::micro::{self, Rows, LANES};
 use super::{mean_rows, Heads, Logits, Masking};
 use crate::kernels::elementwise::exp_neg;
+use crate::kernels::matmul::OutPtr;
 use crate::view::Out;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -290,17 +291,6 @@ fn head_rows<'a>(l: &Heads, x: &'a [f32], (b, h): (usize, usize), what: &str) ->
     Ok(Rows { data, stride, width: l.width })
 }
 
-/// The output's base pointer, shared by tasks that write disjoint rows.
-struct OutRows(*mut f32);
-// Safety: each (batch, head, query) row is written by exactly one task (see `forward`).
-unsafe impl Sync for OutRows {}
-
-impl OutRows {
-    fn at(&self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
-    }
-}
-
 /// The f32 forward over `[B, H, S, D]`, `[B, S, H·D]` or `[S, H·D]` operands (see [`Heads`]).
 pub(super) fn forward(
     (lq, lk, lv, lo): (Heads, Heads, Heads, Heads),
@@ -317,7 +307,7 @@ pub(super) fn forward(
     let tasks: Vec<(usize, usize, usize)> =
         (0..lq.batch * heads).flat_map(|bh| (0..lq.seq).step_by(QB).map(move |q0| (bh / heads, bh % heads, q0))).collect();
     let o = out.get::<f32>();
-    let (len, base) = (o.len(), OutRows(o.as_mut_ptr()));
+    let (len, base) = (o.len(), OutPtr(o.as_mut_ptr()));
     let run = |&(b, h, q0): &(usize, usize, usize)| -> Result<(), String> {
         let hd = Head {
             q: head_rows(&lq, xq, (b, h), "query")?,

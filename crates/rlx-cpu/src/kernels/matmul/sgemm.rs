@@ -344,14 +344,20 @@ fn product<A: Element, B: Element>(
     Ok(())
 }
 
-/// The output's base pointer, shared by tasks that write disjoint blocks.
+/// The output's base pointer, shared by tasks that write disjoint parts of it (GEMM tiles,
+/// conv tiles, attention rows, quantized products' columns).
 pub(crate) struct OutPtr(pub(crate) *mut f32);
-// Safety: tasks only write disjoint tiles through it (see `sgemm_with`).
+// Safety: every user writes only its own disjoint part through it (see each use).
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
     pub(crate) fn get(&self) -> *mut f32 {
         self.0
+    }
+
+    /// The pointer `offset` elements on.
+    pub(crate) fn at(&self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
     }
 }
 

@@ -10,6 +10,7 @@
 //! (`dispatch::prepack`); a product given the GGUF bytes lays them out per call.
 
 use super::q8::{block_bytes, quantize, supports, Q8Rows, QK, ROW_TILE};
+use crate::kernels::matmul::OutPtr;
 use rayon::prelude::*;
 use rlx_ir::ops::quant::GgufType;
 
@@ -127,7 +128,7 @@ impl Panels {
         let acts = quantize(x);
         let panels = n.div_ceil(PANEL);
         let per_task = if rows * n * self.k() < PAR_FLOPS { panels } else { panels.div_ceil(8 * rayon::current_num_threads()) };
-        let dst = OutCols(out.as_mut_ptr());
+        let dst = OutPtr(out.as_mut_ptr());
         let task = |p0: usize| {
             let mut sums = [[0f32; PANEL]; ROW_TILE];
             for p in p0..panels.min(p0 + per_task) {
@@ -149,17 +150,6 @@ impl Panels {
         } else {
             task(0);
         }
-    }
-}
-
-/// The output's base pointer, shared by tasks that write disjoint panels' columns.
-struct OutCols(*mut f32);
-// Safety: each column of the output is written by exactly one task (see `Panels::matmul`).
-unsafe impl Sync for OutCols {}
-
-impl OutCols {
-    fn at(&self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
     }
 }
 
