@@ -2,6 +2,8 @@
 
 use crate::kernels::{attention, conv, elementwise, fused, index, linalg, matmul, norm, quant, random, reduce, rnn, shape, signal, softmax, spd, splat, ssm};
 use crate::view::{In, Out};
+use rlx_ir::ops::conv::Conv;
+use rlx_ir::ops::fused::FusedConvBiasAct;
 use rlx_ir::ops::quant::Activations;
 use rlx_ir::{DType, Op};
 
@@ -64,8 +66,7 @@ pub fn packable_operand(op: &Op) -> Option<usize> {
 pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
     let f32s = a.0 == DType::F32 && b.0 == DType::F32;
     match op {
-        Op::Conv(c) => f32s && c.groups == 1 && b.1.len() >= 3,
-        Op::FusedConvBiasAct(c) => f32s && c.groups == 1 && b.1.len() >= 3,
+        Op::Conv(Conv { groups, .. }) | Op::FusedConvBiasAct(FusedConvBiasAct { groups, .. }) => f32s && *groups == 1 && b.1.len() >= 3,
         Op::MatMul(_) | Op::FusedMatMulBiasAct(_) => {
             let rows: usize = a.1[..a.1.len().saturating_sub(1)].iter().product();
             f32s && b.1.len() == 2 && rows > matmul::FEW_ROWS
@@ -81,12 +82,9 @@ pub fn prepack(op: &Op, b: In, out_dims: &[usize]) -> Option<Packed> {
     match op {
         Op::DequantMatMul(d) => quant::prepack(d, b, *out_dims.last()?)?.ok().map(Packed::Quant),
         _ if b.dtype != DType::F32 || b.bytes.len() != b.dims.iter().product::<usize>() * 4 => None,
-        Op::Conv(c) => {
-            let g = conv::Geom::of_output(out_dims.get(2..)?, &c.kernel_size, &c.stride, &c.padding, &c.dilation);
-            Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims, &g)))
-        }
-        Op::FusedConvBiasAct(c) => {
-            let g = conv::Geom::of_output(out_dims.get(2..)?, &c.kernel_size, &c.stride, &c.padding, &c.dilation);
+        Op::Conv(Conv { kernel_size, stride, padding, dilation, .. })
+        | Op::FusedConvBiasAct(FusedConvBiasAct { kernel_size, stride, padding, dilation, .. }) => {
+            let g = conv::Geom::of_output(out_dims.get(2..)?, kernel_size, stride, padding, dilation);
             Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims, &g)))
         }
         _ if b.dims.len() == 2 => Some(Packed::Gemm(matmul::prepack(b))),

@@ -180,7 +180,7 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
         let (copy, dst) = (&*copy, OutPtr(out.as_mut_ptr()));
         let put = |channel: usize, cell: usize, src: &[f32]| {
             // Safety: each task alone writes its channels' cells (disjoint tiles of the output).
-            let piece = unsafe { std::slice::from_raw_parts_mut(dst.get().add(channel * o + cell), src.len()) };
+            let piece = unsafe { std::slice::from_raw_parts_mut(dst.at(channel * o + cell), src.len()) };
             match finish {
                 Some((f, first, at)) => f.store(first + channel, at + channel * o + cell, src, piece),
                 None => piece.copy_from_slice(src),

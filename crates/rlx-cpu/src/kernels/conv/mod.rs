@@ -338,12 +338,13 @@ pub fn prepack(w: &[f32], dims: &[usize], g: &Geom) -> PackedB {
     }
 }
 
-/// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)` on
-/// [`sgemm_filled`], with the weight's rows packed once (`packed`, from [`prepack`], for an
-/// ungrouped conv; else each group's rows packed here) read in place by [`direct::conv`] where
-/// it applies, else with the windows written straight into the GEMM's panels ([`fill_windows`]). `finish` runs on each piece of the output while it
-/// is in cache. With as many (image, group) pieces as threads the pieces run side by side,
-/// each product on one thread; otherwise in turn, each product split over the pool.
+/// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)`, the
+/// weight packed once (`packed`, from [`prepack`], for an ungrouped conv; else each group's
+/// here). [`direct::conv`] runs it where it applies; otherwise [`sgemm_filled`], with the
+/// windows written straight into the GEMM's panels ([`fill_windows`]). `finish` runs on each
+/// piece of the output while it is in cache. With as many (image, group) pieces as threads
+/// the pieces run side by side, each product on one thread; otherwise in turn, each product
+/// split over the pool.
 pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>, packed: Option<&PackedB>) -> Result<(), String> {
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
@@ -365,15 +366,15 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
         let (b, gi) = (ng / ch.groups, ng % ch.groups);
         let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
         let first = (b * ch.c_out + gi * cog) * o;
+        if direct::conv(xs, cig, weights[gi], g, chunk, parallel, finish.map(|f| (f, gi * cog, first))) {
+            return Ok(());
+        }
         let epilogue = |r: usize, c0: usize, y: &mut [f32]| {
             if let Some(f) = finish {
                 f.apply(gi * cog + r, first + r * o + c0, y);
             }
         };
         let epilogue: Option<Epilogue> = finish.is_some().then_some(&epilogue);
-        if direct::conv(xs, cig, weights[gi], g, chunk, parallel, finish.map(|f| (f, gi * cog, first))) {
-            return Ok(());
-        }
         let nr = weights[gi].tile().nr;
         let fill = |p0: usize, kc: usize, cols: Range<usize>, panels: &mut [f32]| fill_windows(xs, g, nr, p0, kc, cols, panels);
         sgemm_filled(weights[gi], o, &fill, MatMut::row_major(chunk, cog, o), parallel, epilogue)
