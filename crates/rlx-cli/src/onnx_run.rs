@@ -38,6 +38,9 @@ pub struct OnnxRunArgs {
     /// Sizes of symbolic input dims for --bench, as NAME=SIZE (others default to 1).
     #[arg(long = "dim", value_parser = parse_dim)]
     pub dims: Vec<(String, usize)>,
+    /// With --bench: time every node of the compiled graph and print where the runs went.
+    #[arg(long, requires = "bench")]
+    pub profile: bool,
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -271,6 +274,7 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
     let named = named(&tensors);
     compiled.run(&named)?;
     let first = start.elapsed();
+    compiled.set_profiling(args.profile);
     let mut times = Vec::with_capacity(args.runs);
     for _ in 0..args.runs.max(1) {
         let t = Instant::now();
@@ -286,6 +290,9 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
         times.len(),
         first.as_secs_f64() * 1e3
     );
+    if args.profile {
+        print!("{}", compiled.profile());
+    }
     Ok(())
 }
 

@@ -20,8 +20,9 @@ use crate::view::{In, Out};
 use rlx_ir::{DType, Graph, NodeId, Op};
 use rlx_opt::memory::{self, Interval};
 use rlx_runtime::specialize::specialize;
-use rlx_runtime::{Bindings, Executable, Result, RuntimeError, Tensor};
+use rlx_runtime::{Bindings, Executable, NodeTime, Result, RuntimeError, Tensor};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// Where a value's bytes live during a run.
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +55,8 @@ struct Plan {
     /// are held only packed.
     unpacked_params: Vec<usize>,
     arena: Tensor,
+    /// Per step, its calls and their time while profiling (empty otherwise).
+    times: Vec<(u64, Duration)>,
 }
 
 pub struct CpuExecutable {
@@ -62,6 +65,7 @@ pub struct CpuExecutable {
     /// Per parameter, its packed form once a plan's step has needed it.
     packed: Vec<Option<Laid>>,
     plans: HashMap<Vec<Vec<usize>>, Plan>,
+    profiling: bool,
 }
 
 /// A parameter laid out for its kernel, with the dtype and dims it was given in.
@@ -82,7 +86,7 @@ impl CpuExecutable {
     pub fn new(graph: Graph) -> CpuExecutable {
         let params = vec![None; graph.params().len()];
         let packed = (0..params.len()).map(|_| None).collect();
-        CpuExecutable { graph, params, packed, plans: HashMap::new() }
+        CpuExecutable { graph, params, packed, plans: HashMap::new(), profiling: false }
     }
 }
 
@@ -182,7 +186,7 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     let arena = Tensor::zeros(rlx_ir::DType::U8, &[placed.size]);
     let packed_consts = (0..consts.len()).map(|_| None).collect();
     let unpacked_params = unpacked_params(&graph, &slots, &steps);
-    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, unpacked_params, arena })
+    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, unpacked_params, arena, times: Vec::new() })
 }
 
 /// The parameters a step reads other than as its pre-packed weight, or an output returns.
@@ -294,8 +298,12 @@ impl Plan {
         Ok(())
     }
 
-    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    /// Runs the schedule; with `profiling`, timing each step into `times`.
+    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>], inputs: &[&Tensor], profiling: bool) -> Result<Vec<Tensor>> {
         self.hold_weights(params, packed)?;
+        if profiling && self.times.len() != self.steps.len() {
+            self.times = vec![(0, Duration::ZERO); self.steps.len()];
+        }
         let base = self.arena.bytes_mut().as_mut_ptr();
         for (id, t) in self.inputs.iter().zip(inputs) {
             if let (Slot::Arena { offset, len }, _) = self.slots[id.index()][0] {
@@ -304,6 +312,7 @@ impl Plan {
             }
         }
         for i in 0..self.steps.len() {
+            let started = profiling.then(Instant::now);
             let step = self.steps[i];
             let id = step.node;
             let node = self.graph.node(id);
@@ -358,6 +367,10 @@ impl Plan {
                     .map_err(kernel_error)?
                 }
             }
+            if let Some(t) = started {
+                self.times[i].0 += 1;
+                self.times[i].1 += t.elapsed();
+            }
         }
         self.graph
             .outputs()
@@ -392,10 +405,32 @@ impl Executable for CpuExecutable {
     /// kernel call (measured: a quarter of a decode step went to those hand-offs).
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
         let (plans, graph, params, packed) = (&mut self.plans, &self.graph, &mut self.params, &mut self.packed);
-        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs))
+        let profiling = self.profiling;
+        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs, profiling))
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {
         Ok(Some(plan_for(&mut self.plans, &self.graph, inputs, bindings)?.arena.bytes().len()))
+    }
+
+    fn set_profiling(&mut self, on: bool) -> bool {
+        self.profiling = on;
+        for plan in self.plans.values_mut() {
+            plan.times.clear();
+        }
+        true
+    }
+
+    /// Steps of every plan (input shape) that ran while profiling.
+    fn profile(&self) -> Vec<NodeTime> {
+        let mut nodes = Vec::new();
+        for plan in self.plans.values() {
+            for (step, &(calls, total)) in plan.steps.iter().zip(&plan.times).filter(|(_, t)| t.0 > 0) {
+                let op = plan.graph.node(step.node).op.kind().to_string();
+                let dims = plan.slots[step.node.index()].first().map(|s| s.1.clone()).unwrap_or_default();
+                nodes.push(NodeTime { node: step.node, op, dims, calls, total });
+            }
+        }
+        nodes
     }
 }

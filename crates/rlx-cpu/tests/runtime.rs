@@ -105,3 +105,21 @@ fn reshape_targets_may_name_symbols() {
         assert_eq!(out[0].shape(), &[b, 2, 3]);
     }
 }
+
+#[test]
+fn profiling_counts_each_node_of_each_run() {
+    let mut c = session().compile(&batch_graph()).unwrap();
+    c.set_param("w", Tensor::from_vec(vec![1.0f32, -2.0, 0.5], &[3]).unwrap()).unwrap();
+    let x = Tensor::from_vec(vec![1.0f32; 6], &[2, 3]).unwrap();
+    c.run(&[("x", &x)]).unwrap();
+    assert!(c.profile().nodes.is_empty(), "nothing is timed before profiling is turned on");
+    assert!(c.set_profiling(true));
+    for _ in 0..3 {
+        c.run(&[("x", &x)]).unwrap();
+    }
+    let nodes = c.profile().nodes;
+    assert!(!nodes.is_empty());
+    assert!(nodes.iter().all(|n| n.calls == 3 && n.dims == [2, 3]), "{nodes:?}");
+    c.set_profiling(true);
+    assert!(c.profile().nodes.is_empty(), "turning profiling on again starts from zero");
+}

@@ -2,6 +2,7 @@
 
 use crate::compiled::Bindings;
 use crate::error::Result;
+use crate::profile::NodeTime;
 use crate::tensor::Tensor;
 use rlx_ir::{Graph, OpKind};
 use std::fmt;
@@ -57,5 +58,16 @@ pub trait Executable: Send {
     /// arena. It is the memory planner's peak, what rematerialisation aims to lower.
     fn arena_bytes(&mut self, _inputs: &[&Tensor], _bindings: &Bindings) -> Result<Option<usize>> {
         Ok(None)
+    }
+
+    /// Turns timing of each node's calls on (from zero) or off; `false` where the backend
+    /// cannot time its nodes.
+    fn set_profiling(&mut self, _on: bool) -> bool {
+        false
+    }
+
+    /// Per node, its calls and time since profiling was last turned on.
+    fn profile(&self) -> Vec<NodeTime> {
+        Vec::new()
     }
 }

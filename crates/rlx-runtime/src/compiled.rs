@@ -2,6 +2,7 @@
 
 use crate::backend::Executable;
 use crate::error::{Result, RuntimeError};
+use crate::profile::Profile;
 use crate::tensor::Tensor;
 use rlx_ir::{Dim, Graph, TensorType};
 use rlx_opt::DispatchReport;
@@ -117,6 +118,17 @@ impl CompiledGraph {
     pub fn arena_bytes(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Option<usize>> {
         let (ordered, bindings) = self.bind(inputs)?;
         self.exec.arena_bytes(&ordered, &bindings)
+    }
+
+    /// Turns per-node timing of the following runs on (from zero) or off; `false` where the
+    /// backend cannot time its nodes.
+    pub fn set_profiling(&mut self, on: bool) -> bool {
+        self.exec.set_profiling(on)
+    }
+
+    /// Where the runs since profiling was turned on spent their time.
+    pub fn profile(&self) -> Profile {
+        Profile { nodes: self.exec.profile() }
     }
 
     /// The named inputs in `Graph::inputs()` order, checked against their types, with the
