@@ -14,6 +14,10 @@
 //! are never packed. A parameter that the running plan reads only packed keeps no unpacked
 //! copy (so weights take their memory once); `param` and plans that read it unpacked unpack
 //! it again.
+//!
+//! Hoisting: a node computed from parameters and constants alone (a weight transposed or cast
+//! for its consumer) runs once, before the first run, and again only after `set_param`; its
+//! output is held like a constant (and pre-packed like one) instead of recomputed per run.
 
 use crate::dispatch::{self, Packed};
 use crate::view::{In, Out};
@@ -55,6 +59,12 @@ struct Plan {
     /// are held only packed.
     unpacked_params: Vec<usize>,
     arena: Tensor,
+    /// Steps whose operands are all parameters, constants or other such steps' outputs (a
+    /// transposed or cast weight): run once before the first run and again after a parameter
+    /// changes, their outputs held among `consts`.
+    hoisted: Vec<Step>,
+    /// The parameter epoch (`CpuExecutable::epoch`) the hoisted outputs were computed at.
+    hoisted_at: Option<u64>,
     /// Per step, its calls and their time while profiling (empty otherwise).
     times: Vec<(u64, Duration)>,
 }
@@ -66,6 +76,8 @@ pub struct CpuExecutable {
     packed: Vec<Option<Laid>>,
     plans: HashMap<Vec<Vec<usize>>, Plan>,
     profiling: bool,
+    /// Counts `set_param` calls: the hoisted steps of a plan rerun when it moved.
+    epoch: u64,
 }
 
 /// A parameter laid out for its kernel, with the dtype and dims it was given in.
@@ -86,7 +98,7 @@ impl CpuExecutable {
     pub fn new(graph: Graph) -> CpuExecutable {
         let params = vec![None; graph.params().len()];
         let packed = (0..params.len()).map(|_| None).collect();
-        CpuExecutable { graph, params, packed, plans: HashMap::new(), profiling: false }
+        CpuExecutable { graph, params, packed, plans: HashMap::new(), profiling: false, epoch: 0 }
     }
 }
 
@@ -109,9 +121,20 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     let mut intervals = Vec::new();
     let mut interval_of: Vec<Vec<Option<usize>>> = Vec::with_capacity(graph.len());
     let mut param_index = 0;
+    let mut hoisted = Vec::new();
+    // Whether each node's value depends on parameters and constants alone; a parameter that
+    // some node updates in place changes during a run, so it does not count.
+    let updated: Vec<NodeId> = graph.node_ids().filter(|&id| dispatch::updates_state(&graph.node(id).op)).filter_map(|id| Some(graph.node(id).inputs.first()?.node)).collect();
+    let mut fixed = vec![false; graph.len()];
     for id in graph.node_ids() {
         let node = graph.node(id);
         let state = state_operand(&graph, &slots, id)?;
+        let hoist = hoistable(&node.op) && node.inputs.iter().all(|v| fixed[v.node.index()]);
+        fixed[id.index()] = match node.op {
+            Op::Param(_) => !updated.contains(&id),
+            Op::Constant(_) => true,
+            _ => hoist,
+        };
         let dims: Vec<Vec<usize>> = node
             .outputs
             .iter()
@@ -138,6 +161,10 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
                 op if state.is_some() && dispatch::output_is_state(op, node.inputs.len()) => {
                     Slot::Param(state.map_or(0, |(p, _)| p))
                 }
+                _ if hoist => {
+                    consts.push(Tensor::zeros(ty.dtype, &d));
+                    Slot::Const(consts.len() - 1)
+                }
                 _ => {
                     let len = d.iter().product::<usize>() * ty.dtype.size();
                     // Inputs are copied in before the first step, so they are live from step 0.
@@ -154,6 +181,7 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
         match node.op {
             Op::Input(_) => input_nodes.push(id),
             Op::Param(_) | Op::Constant(_) => {}
+            _ if hoist => hoisted.push(Step { node: id, state: None, weight: None }),
             _ => steps.push(Step { node: id, state, weight: weight_slot(&graph, &slots, id) }),
         }
         for v in &node.inputs {
@@ -185,12 +213,19 @@ fn plan(g: &Graph, inputs: &[&Tensor], bindings: &Bindings) -> Result<Plan> {
     }
     let arena = Tensor::zeros(rlx_ir::DType::U8, &[placed.size]);
     let packed_consts = (0..consts.len()).map(|_| None).collect();
-    let unpacked_params = unpacked_params(&graph, &slots, &steps);
-    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, unpacked_params, arena, times: Vec::new() })
+    let unpacked_params = unpacked_params(&graph, &slots, steps.iter().chain(&hoisted));
+    Ok(Plan { graph, slots, steps, inputs: input_nodes, consts, packed_consts, unpacked_params, arena, hoisted, hoisted_at: None, times: Vec::new() })
+}
+
+/// Whether a node whose operands are all fixed may run once for many runs: not an input,
+/// parameter or constant itself, not a state update, a sampler (fresh samples per run) or a
+/// user kernel (which may keep state of its own).
+fn hoistable(op: &Op) -> bool {
+    !matches!(op, Op::Input(_) | Op::Param(_) | Op::Constant(_) | Op::RngNormal(_) | Op::RngUniform(_) | Op::Custom(_)) && !dispatch::updates_state(op)
 }
 
 /// The parameters a step reads other than as its pre-packed weight, or an output returns.
-fn unpacked_params(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], steps: &[Step]) -> Vec<usize> {
+fn unpacked_params<'s>(g: &Graph, slots: &[Vec<(Slot, Vec<usize>)>], steps: impl Iterator<Item = &'s Step>) -> Vec<usize> {
     let mut out = Vec::new();
     let mut read = |v: &rlx_ir::ValueId, packed_here: bool| {
         if let (Slot::Param(p), false) = (slots[v.node.index()][v.output as usize].0, packed_here) {
@@ -265,13 +300,17 @@ impl Plan {
     /// is not yet (a parameter not set, or not of its planned size, is left to the kernel), and
     /// a parameter this plan reads only packed gives up its unpacked copy as soon as it is
     /// packed, so that each weight is in memory once, and twice only one at a time.
-    fn hold_weights(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>]) -> Result<()> {
+    fn hold_weights(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>], epoch: u64) -> Result<()> {
         for &p in &self.unpacked_params {
             if params[p].is_none() {
                 if let Some(laid) = packed[p].take() {
                     params[p] = Some(laid.unpack()?);
                 }
             }
+        }
+        if self.hoisted_at != Some(epoch) {
+            self.run_hoisted(params)?;
+            self.hoisted_at = Some(epoch);
         }
         for step in &self.steps {
             let Some(slot) = step.weight else { continue };
@@ -298,9 +337,42 @@ impl Plan {
         Ok(())
     }
 
+    /// Runs the hoisted steps into their constants, whose packed forms are then stale.
+    fn run_hoisted(&mut self, params: &[Option<Tensor>]) -> Result<()> {
+        let base = self.arena.bytes_mut().as_mut_ptr();
+        for i in 0..self.hoisted.len() {
+            let (id, node) = (self.hoisted[i].node, self.graph.node(self.hoisted[i].node));
+            let mut made = Vec::with_capacity(node.outputs.len());
+            for (slot, _) in &self.slots[id.index()] {
+                if let Slot::Const(c) = *slot {
+                    made.push((c, std::mem::replace(&mut self.consts[c], Tensor::zeros(DType::U8, &[0]))));
+                    self.packed_consts[c] = None;
+                }
+            }
+            let ins: Vec<In> = node
+                .inputs
+                .iter()
+                .map(|v| {
+                    let (slot, dims) = &self.slots[v.node.index()][v.output as usize];
+                    // Safety: a hoisted step's operands are parameters and constants, never
+                    // arena values, and its outputs were moved out of `consts`.
+                    In { dtype: self.graph.ty(*v).dtype, dims, bytes: unsafe { self.bytes(params, base, *slot) } }
+                })
+                .collect();
+            let mut outs: Vec<Out> = made.iter_mut().zip(&self.slots[id.index()]).map(|((_, t), (_, dims))| Out { dtype: t.dtype(), dims, bytes: t.bytes_mut() }).collect();
+            let result = dispatch::run(&node.op, &ins, &mut outs);
+            drop((ins, outs));
+            for (c, t) in made {
+                self.consts[c] = t;
+            }
+            result.map_err(|msg| RuntimeError::Kernel { op: node.op.kind().to_string(), node: id.0, msg })?;
+        }
+        Ok(())
+    }
+
     /// Runs the schedule; with `profiling`, timing each step into `times`.
-    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>], inputs: &[&Tensor], profiling: bool) -> Result<Vec<Tensor>> {
-        self.hold_weights(params, packed)?;
+    fn run(&mut self, params: &mut [Option<Tensor>], packed: &mut [Option<Laid>], inputs: &[&Tensor], profiling: bool, epoch: u64) -> Result<Vec<Tensor>> {
+        self.hold_weights(params, packed, epoch)?;
         if profiling && self.times.len() != self.steps.len() {
             self.times = vec![(0, Duration::ZERO); self.steps.len()];
         }
@@ -397,6 +469,7 @@ impl Executable for CpuExecutable {
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {
         self.params[index] = Some(value);
         self.packed[index] = None;
+        self.epoch += 1;
         Ok(())
     }
 
@@ -405,8 +478,8 @@ impl Executable for CpuExecutable {
     /// kernel call (measured: a quarter of a decode step went to those hand-offs).
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
         let (plans, graph, params, packed) = (&mut self.plans, &self.graph, &mut self.params, &mut self.packed);
-        let profiling = self.profiling;
-        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs, profiling))
+        let (profiling, epoch) = (self.profiling, self.epoch);
+        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs, profiling, epoch))
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {

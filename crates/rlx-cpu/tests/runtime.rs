@@ -123,3 +123,31 @@ fn profiling_counts_each_node_of_each_run() {
     c.set_profiling(true);
     assert!(c.profile().nodes.is_empty(), "turning profiling on again starts from zero");
 }
+
+#[test]
+fn work_on_parameters_alone_follows_set_param() {
+    // y = x · wᵀ: the transpose of the parameter runs once per parameter value, not per run.
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::of(DType::F32, &[2, 3]));
+    let w = g.param("w", TensorType::of(DType::F32, &[4, 3]));
+    let wt = g.transpose(w, &[1, 0]).unwrap();
+    let y = g.matmul(x, wt).unwrap();
+    g.set_outputs(vec![y, wt]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    let xs: Vec<f32> = (0..6).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let x = Tensor::from_vec(xs.clone(), &[2, 3]).unwrap();
+    for round in 0..3 {
+        let ws: Vec<f32> = (0..12).map(|i| ((i * 7 + round * 5) % 11) as f32 - 5.0).collect();
+        c.set_param("w", Tensor::from_vec(ws.clone(), &[4, 3]).unwrap()).unwrap();
+        for _ in 0..2 {
+            let out = c.run(&[("x", &x)]).unwrap();
+            let want: Vec<f32> = (0..8).map(|i| (0..3).map(|k| xs[i / 4 * 3 + k] * ws[i % 4 * 3 + k]).sum()).collect();
+            assert_eq!(out[0].to_vec::<f32>().unwrap(), want, "round {round}");
+            assert_eq!(out[1].to_vec::<f32>().unwrap(), (0..12).map(|i| ws[i % 4 * 3 + i / 4]).collect::<Vec<_>>());
+        }
+    }
+    c.set_profiling(true);
+    c.run(&[("x", &x)]).unwrap();
+    let ran: Vec<String> = c.profile().nodes.into_iter().map(|n| n.op).collect();
+    assert!(!ran.iter().any(|op| op == "Transpose"), "the transpose ran again: {ran:?}");
+}
