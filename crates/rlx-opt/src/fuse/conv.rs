@@ -14,13 +14,16 @@ struct Parts {
     residual: Option<ValueId>,
     activation: Option<ActivationKind>,
     attrs: FusedConvBiasAct,
+    /// The `Add` of the bias, which tells two patterns over one conv apart.
+    bias_add: NodeId,
 }
 
 /// Matches at the node that ends the longest pattern: the `Activation`, else the residual
-/// `Add`, else the bias `Add`.
+/// `Add`, else the bias `Add`. A conv whose sum is another conv's residual (a ResNet block's
+/// projection shortcut) fuses on its own.
 pub(super) fn fuse(s: &mut Site, root: NodeId) -> Result<Option<ValueId>, IrError> {
     let Some(p) = pattern(s, root) else { return Ok(None) };
-    if p.activation.is_none() && s.uses.sole_reader(root).is_some_and(|r| pattern(s, r).is_some()) {
+    if p.activation.is_none() && s.uses.sole_reader(root).and_then(|r| pattern(s, r)).is_some_and(|q| q.bias_add == p.bias_add) {
         return Ok(None);
     }
     let c = s.src.ty(p.w).shape.dims()[0].clone();
@@ -75,6 +78,7 @@ fn conv_plus_bias(s: &Site, id: NodeId) -> Option<Parts> {
             bias,
             residual: None,
             activation: None,
+            bias_add: id,
             attrs: FusedConvBiasAct {
                 kernel_size: c.kernel_size.clone(),
                 stride: c.stride.clone(),
@@ -134,6 +138,32 @@ mod tests {
             %4 = Reshape(new_shape:[6])(%2)
             %5 = FusedConvBiasAct(kernel_size:[3,3],stride:[2,2],padding:[1,1],dilation:[1,1],groups:2,activation:Some(Relu),has_residual:true)(%0, %1, %4, %3)
             return %5"#,
+        );
+    }
+
+    #[test]
+    fn a_projection_shortcut_fuses_on_its_own_and_as_the_residual() {
+        // relu((conv(x) + b) + (conv'(x) + b)): the second conv's sum is the first one's
+        // residual, and fuses too.
+        assert_fuses(
+            &format!(
+                r#"{HEAD}
+            %4 = Binary(op:Add)(%3, %2)
+            %5 = Conv(kernel_size:[3,3],stride:[2,2],padding:[1,1],dilation:[1,1],groups:2)(%0, %1)
+            %6 = Binary(op:Add)(%5, %2)
+            %7 = Binary(op:Add)(%4, %6)
+            %8 = Activation(kind:Relu)(%7)
+            return %8"#
+            ),
+            CLAIMS,
+            r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[1,4,9,9]))()
+            %1 = Param(name:"w",ty:(dtype:F32,shape:[6,2,3,3]))()
+            %2 = Param(name:"b",ty:(dtype:F32,shape:[1,6,1,1]))()
+            %3 = Reshape(new_shape:[6])(%2)
+            %4 = FusedConvBiasAct(kernel_size:[3,3],stride:[2,2],padding:[1,1],dilation:[1,1],groups:2,activation:None,has_residual:false)(%0, %1, %3)
+            %5 = Reshape(new_shape:[6])(%2)
+            %6 = FusedConvBiasAct(kernel_size:[3,3],stride:[2,2],padding:[1,1],dilation:[1,1],groups:2,activation:Some(Relu),has_residual:true)(%0, %1, %5, %4)
+            return %6"#,
         );
     }
 
