@@ -139,25 +139,112 @@ fn planes<T: PoolElem>(kind: ReduceOp, x: &[T], out: &mut [T], g: &Geom, init: T
 }
 
 /// f32 `Max` pooling of 2-D planes in two passes per output row, as [`planes`] computes it:
-/// the maximum of each input column over the window's rows (contiguous, so it vectorises),
-/// then of those over the window's columns. Among equal values the earlier row, then column,
-/// wins (only the sign of a zero can tell).
+/// the maximum of each input column over the window's rows (contiguous), into a row padded
+/// with −∞ on both sides, then of those over each window's columns (no bounds to check);
+/// on AVX-512 both passes 16 lanes at a time. Among equal values the earlier row, then
+/// column, wins (only the sign of a zero can tell; padding's −∞ ties only with an input −∞).
 fn max_planes_2d(x: &[f32], out: &mut [f32], g: &Geom) {
-    let ([_, h, w], [_, _, ow]) = (g.big, g.small);
-    let max = |a: f32, b: f32| if a >= b || a.is_nan() { a } else { b };
+    let ([_, h, w], [_, _, ow], [k, s, p]) = (g.big, g.small, [g.k[2], g.s[2], g.p[2]]);
+    // Padded column `j` is input column `j − p`; windows read `(ow − 1)·s + k` of them, and
+    // vector loads up to 32 past the last.
+    let len = (ow.max(1) - 1) * s + k;
+    let used = w.min(len.saturating_sub(p));
     for_chunks(out, g.small_cells(), g.small_cells() * g.taps(), |plane, out| {
         let x = &x[plane * h * w..][..h * w];
-        let mut columns = vec![f32::NEG_INFINITY; w];
+        let mut padded = vec![f32::NEG_INFINITY; len.max(p + used) + 32];
         for (r, row) in out.chunks_exact_mut(ow).enumerate() {
+            let columns = &mut padded[p..p + used];
             columns.fill(f32::NEG_INFINITY);
             for ih in (0..g.k[1]).filter_map(|kh| g.src(1, r, kh)) {
-                columns.iter_mut().zip(&x[ih * w..][..w]).for_each(|(m, &v)| *m = max(*m, v));
+                max_into(columns, &x[ih * w..][..used]);
             }
-            for (c, o) in row.iter_mut().enumerate() {
-                *o = (0..g.k[2]).filter_map(|kw| g.src(2, c, kw)).fold(f32::NEG_INFINITY, |m, iw| max(m, columns[iw]));
-            }
+            window_max(&padded, k, s, row);
         }
     });
+}
+
+/// The running maximum `m` after `v`: `v` only when it is greater, or NaN while `m` is not.
+fn max_first(m: f32, v: f32) -> f32 {
+    if m >= v || m.is_nan() {
+        m
+    } else {
+        v
+    }
+}
+
+/// `m[i] = max_first(m[i], x[i])`.
+fn max_into(m: &mut [f32], x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // Safety: the CPU has AVX-512F.
+        return unsafe { avx512::max_into(m, x) };
+    }
+    m.iter_mut().zip(x).for_each(|(m, &v)| *m = max_first(*m, v));
+}
+
+/// `out[c]` = the [`max_first`] fold of `padded[c·s .. c·s + k]`; `padded` holds 32 floats
+/// past the last window.
+fn window_max(padded: &[f32], k: usize, s: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if s <= 2 && std::arch::is_x86_feature_detected!("avx512f") {
+        // Safety: the CPU has AVX-512F; reads stay within the 32 floats of slack.
+        return unsafe { avx512::window_max(padded, k, s, out) };
+    }
+    for (o, window) in out.iter_mut().zip(padded.windows(k).step_by(s)) {
+        *o = window.iter().fold(f32::NEG_INFINITY, |m, &v| max_first(m, v));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// [`super::max_first`] on 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn max_first(m: __m512, v: __m512) -> __m512 {
+        let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(m, v) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m);
+        _mm512_mask_blend_ps(keep, v, m)
+    }
+
+    /// The lanes of a tail of `n < 16` elements.
+    fn tail(n: usize) -> u16 {
+        ((1u32 << n) - 1) as u16
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn max_into(m: &mut [f32], x: &[f32]) {
+        let n = m.len().min(x.len());
+        let (mp, xp) = (m.as_mut_ptr(), x.as_ptr());
+        let full = n / 16 * 16;
+        for i in (0..full).step_by(16) {
+            _mm512_storeu_ps(mp.add(i), max_first(_mm512_loadu_ps(mp.add(i)), _mm512_loadu_ps(xp.add(i))));
+        }
+        if full < n {
+            let t = tail(n - full);
+            let v = max_first(_mm512_maskz_loadu_ps(t, mp.add(full)), _mm512_maskz_loadu_ps(t, xp.add(full)));
+            _mm512_mask_storeu_ps(mp.add(full), t, v);
+        }
+    }
+
+    /// [`super::window_max`] for strides 1 and 2: tap `j` of 16 windows is one load (stride
+    /// 1) or the even lanes of two (stride 2).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn window_max(padded: &[f32], k: usize, s: usize, out: &mut [f32]) {
+        let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        let n = out.len();
+        debug_assert!(n == 0 || (n - 1) / 16 * 16 * s + k - 1 + 16 * s <= padded.len());
+        for c0 in (0..n).step_by(16) {
+            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+            for j in 0..k {
+                let p = padded.as_ptr().add(c0 * s + j);
+                let v = if s == 1 { _mm512_loadu_ps(p) } else { _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p.add(16))) };
+                m = max_first(m, v);
+            }
+            let t = if n - c0 >= 16 { u16::MAX } else { tail(n - c0) };
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add(c0), t, m);
+        }
+    }
 }
 
 /// The pooling geometry of `x [N, C, spatial…]` into `out`, dilation 1.
@@ -253,7 +340,7 @@ mod tests {
     fn two_pass_f32_max_matches_the_window_loop() {
         // Odd planes, windows over every edge (one wholly in the padding: −∞), strides 1–3,
         // NaNs that must win.
-        let cases = [([9, 11], [3, 3], [2, 2], [1, 1]), ([7, 1], [2, 1], [1, 1], [1, 0]), ([5, 6], [3, 2], [3, 1], [2, 1]), ([1, 63], [1, 5], [1, 3], [0, 2]), ([4, 4], [1, 1], [1, 1], [1, 1])];
+        let cases = [([9, 11], [3, 3], [2, 2], [1, 1]), ([7, 1], [2, 1], [1, 1], [1, 0]), ([5, 6], [3, 2], [3, 1], [2, 1]), ([1, 63], [1, 5], [1, 3], [0, 2]), ([4, 4], [1, 1], [1, 1], [1, 1]), ([9, 70], [3, 3], [2, 2], [1, 1]), ([6, 40], [2, 3], [1, 1], [0, 1]), ([5, 37], [1, 4], [1, 2], [0, 0])];
         for ([h, w], k, s, p) in cases {
             let small = [(h + 2 * p[0] - k[0]) / s[0] + 1, (w + 2 * p[1] - k[1]) / s[1] + 1];
             let g = Geom::new(&[h, w], &small, &k, &s, &p, &[]);
