@@ -307,21 +307,31 @@ impl Finish<'_> {
 
 /// `dst = max(src + bias [+ residual], 0)` (without `relu`, no max), 16 lanes at a time;
 /// `src`, `dst` and `residual` have one length. ReLU maps NaN to 0, as [`Finish::apply`] does.
+/// Full vectors load unmasked: a masked load of `src` (the tile just stored by the kernel)
+/// waits for the stores to reach the cache instead of being forwarded from them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn store_avx512(src: &[f32], dst: &mut [f32], bias: f32, residual: Option<&[f32]>, relu: bool) {
     use std::arch::x86_64::*;
     let (n, b, zero) = (dst.len(), _mm512_set1_ps(bias), _mm512_setzero_ps());
-    for i in (0..n).step_by(16) {
-        let m = if n - i >= 16 { u16::MAX } else { ((1u32 << (n - i)) - 1) as u16 };
-        let mut v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)), b);
-        if let Some(r) = residual {
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r.as_ptr().add(i)));
-        }
+    let finish = |v: __m512, r: Option<__m512>| {
+        let v = _mm512_add_ps(v, b);
+        let v = r.map_or(v, |r| _mm512_add_ps(v, r));
         if relu {
-            v = _mm512_max_ps(v, zero);
+            _mm512_max_ps(v, zero)
+        } else {
+            v
         }
-        _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), m, v);
+    };
+    let full = n / 16 * 16;
+    for i in (0..full).step_by(16) {
+        let r = residual.map(|r| _mm512_loadu_ps(r.as_ptr().add(i)));
+        _mm512_storeu_ps(dst.as_mut_ptr().add(i), finish(_mm512_loadu_ps(src.as_ptr().add(i)), r));
+    }
+    if full < n {
+        let m = ((1u32 << (n - full)) - 1) as u16;
+        let r = residual.map(|r| _mm512_maskz_loadu_ps(m, r.as_ptr().add(full)));
+        _mm512_mask_storeu_ps(dst.as_mut_ptr().add(full), m, finish(_mm512_maskz_loadu_ps(m, src.as_ptr().add(full)), r));
     }
 }
 
