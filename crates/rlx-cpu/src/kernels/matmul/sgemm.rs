@@ -485,10 +485,14 @@ impl Tiles<'_> {
                         }
                     }
                 }
-                if let Some(f) = self.epilogue {
-                    for r in 0..h {
-                        f(r0 + r, c0, std::slice::from_raw_parts_mut(c.add(r * self.ld), w));
-                    }
+            }
+            // Once per row of the strip, over all of `cols` (still in cache): per tile row the
+            // calls' own cost outweighed a short epilogue's work.
+            if let Some(f) = self.epilogue {
+                let c0 = cols.start * nr;
+                let w = (cols.end * nr).min(self.n).saturating_sub(c0);
+                for r in 0..h {
+                    f(r0 + r, c0, std::slice::from_raw_parts_mut(out.0.add((r0 + r) * self.ld + c0), w));
                 }
             }
         }
