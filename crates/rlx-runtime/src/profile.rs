@@ -41,7 +41,7 @@ impl Profile {
                 None => kinds.push((n.op.clone(), n.calls, n.total)),
             }
         }
-        kinds.sort_by(|a, b| b.2.cmp(&a.2));
+        kinds.sort_by_key(|k| std::cmp::Reverse(k.2));
         kinds
     }
 }
@@ -63,7 +63,7 @@ impl fmt::Display for Profile {
             writeln!(f, "{op:<28} {:>6} {:>10.3} {share:>6.1}%", calls.div_ceil(runs), ms(time))?;
         }
         let mut slowest: Vec<&NodeTime> = self.nodes.iter().collect();
-        slowest.sort_by(|a, b| b.total.cmp(&a.total));
+        slowest.sort_by_key(|n| std::cmp::Reverse(n.total));
         writeln!(f, "slowest nodes:")?;
         for n in slowest.into_iter().take(SLOWEST) {
             let share = 100.0 * n.total.as_secs_f64() / total;
