@@ -32,6 +32,10 @@ pub struct Tile {
 /// `x + offsets[p]`: `kernel(kc, packed, x, offsets, c, ldc, add)`, otherwise as on [`Tile`].
 /// From [`Tile::gathered`] the packed operand is `a` and `b`'s rows are read in place; from
 /// [`Tile::gathered_rows`] the packed operand is `b` and `a`'s columns are read in place.
+/// A register tile's kernel reading `a` unpacked: `(kc, a, lda, b, c, ldc, add)`, row `i` of the
+/// tile at `a + i·lda` (unit column stride), `b` packed as for [`Tile::run`].
+pub type InPlace = unsafe fn(usize, *const f32, usize, *const f32, *mut f32, usize, bool);
+
 pub type Gathered = unsafe fn(usize, *const f32, *const f32, *const usize, *mut f32, usize, bool);
 
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
@@ -122,6 +126,20 @@ impl Tile {
 
     /// The tile of [`Tile::best`]'s instruction set that pads `m` rows the least (ties go to
     /// the best): for a weight packed by rows, such as a conv's output channels.
+    /// The kernel of this tile that reads full row panels of an f32 `a` in place, where
+    /// there is one: no packing of `a`.
+    pub fn in_place(&self) -> Option<InPlace> {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == "avx512" {
+            return match (self.mr, self.nr) {
+                (12, 32) => Some(x86::avx512_in_place::<12, 2>),
+                (8, 48) => Some(x86::avx512_in_place::<8, 3>),
+                _ => None,
+            };
+        }
+        None
+    }
+
     pub fn for_rows(m: usize) -> Tile {
         let best = Tile::best();
         let padded = |t: &Tile| m.div_ceil(t.mr) * t.mr;
@@ -156,14 +174,17 @@ mod x86 {
     /// One step of an `MR × 16·NV` tile: `acc[i] += a[i] · b[0 .. 16·NV]` (a macro, not a
     /// function: through a `&mut` the accumulators went to the stack and back on every call).
     macro_rules! step {
-        ($acc:ident, $a:expr, $b:expr) => {{
-            let (a, b): (*const f32, *const f32) = ($a, $b);
+        ($acc:ident, $a:expr, $b:expr) => {
+            step!($acc, $a, 1, $b)
+        };
+        ($acc:ident, $a:expr, $rs:expr, $b:expr) => {{
+            let (a, b, rs): (*const f32, *const f32, usize) = ($a, $b, $rs);
             let mut bv = [_mm512_setzero_ps(); NV];
             for (h, v) in bv.iter_mut().enumerate() {
                 *v = _mm512_loadu_ps(b.add(16 * h));
             }
             for (i, row) in $acc.iter_mut().enumerate() {
-                let x = _mm512_set1_ps(*a.add(i));
+                let x = _mm512_set1_ps(*a.add(i * rs));
                 for (r, &v) in row.iter_mut().zip(&bv) {
                     *r = _mm512_fmadd_ps(x, v, *r);
                 }
@@ -223,6 +244,19 @@ mod x86 {
     }
 
     /// `MR × 16` with two ymm accumulators per row.
+    /// [`avx512`] reading `a`'s rows in place: row `i` of the tile at `a + i·lda`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512_in_place<const MR: usize, const NV: usize>(kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            step!(acc, a, lda, b);
+            a = a.add(1);
+            b = b.add(16 * NV);
+        }
+        store!(acc, c, ldc, add);
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn avx2<const MR: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
