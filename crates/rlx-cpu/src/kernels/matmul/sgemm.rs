@@ -320,7 +320,7 @@ fn product<A: Element, B: Element>(
     // (only a last, partial row panel is packed then), unless its rows lie a multiple of
     // 4 KiB apart: a tile's rows would then share L1 sets (2048² at 70 GFLOP/s in place, 90
     // packed; MiniLM's 384- and 1536-wide rows gain 5–10%).
-    let in_place = tile.in_place().and(A::as_f32(a.data)).filter(|_| a.strides[1] == 1 && a.strides[0] % 1024 != 0).map(|data| (data, a.strides[0]));
+    let in_place = tile.in_place().and(A::as_f32(a.data)).filter(|_| a.strides[1] == 1 && !a.strides[0].is_multiple_of(1024)).map(|data| (data, a.strides[0]));
     with_buffer(&PACKED_A, m.div_ceil(tile.mr) * tile.mr * block, |packed_a| {
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
