@@ -13,7 +13,7 @@
 //! windows).
 
 use super::rows::few_rows;
-use super::tile::{Tile, MAX_TILE};
+use super::tile::{InPlace, Tile, MAX_TILE};
 use half::{bf16, f16};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -320,7 +320,7 @@ fn product<A: Element, B: Element>(
     // (only a last, partial row panel is packed then), unless its rows lie a multiple of
     // 4 KiB apart: a tile's rows would then share L1 sets (2048² at 70 GFLOP/s in place, 90
     // packed; MiniLM's 384- and 1536-wide rows gain 5–10%).
-    let in_place = tile.in_place().and(A::as_f32(a.data)).filter(|_| a.strides[1] == 1 && !a.strides[0].is_multiple_of(1024)).map(|data| (data, a.strides[0]));
+    let in_place = tile.in_place().zip(A::as_f32(a.data)).filter(|_| a.strides[1] == 1 && !a.strides[0].is_multiple_of(1024)).map(|(k, data)| (data, a.strides[0], k));
     with_buffer(&PACKED_A, m.div_ceil(tile.mr) * tile.mr * block, |packed_a| {
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
@@ -336,7 +336,7 @@ fn product<A: Element, B: Element>(
                 panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             }
             let last = (p0 + kc == k).then_some(epilogue).flatten();
-            let tiles = Tiles { tile, a: panels, in_place: in_place.map(|(d, lda)| (&d[p0..], lda)), kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
+            let tiles = Tiles { tile, a: panels, in_place: in_place.map(|(d, lda, k)| (&d[p0..], lda, k)), kc, m, n, ld: c.ld, add: accumulate || p0 > 0, epilogue: last };
             let step = Step { tiles, b: &b, packed, p0 };
             let task = |t: usize| {
                 // Safety: tasks cover disjoint blocks of `c` (Plan::block), `c` holds every
@@ -458,9 +458,10 @@ impl<B: Element> Step<'_, B> {
 struct Tiles<'s> {
     tile: Tile,
     a: &'s [f32],
-    /// `a` unpacked from this block's first step, with its row stride, when full row panels
-    /// are read in place ([`Tile::in_place`]); `a`'s panels then hold only a partial last one.
-    in_place: Option<(&'s [f32], usize)>,
+    /// `a` unpacked from this block's first step, with its row stride and the kernel that
+    /// reads its full row panels in place ([`Tile::in_place`]); `a`'s panels then hold only a
+    /// partial last one.
+    in_place: Option<(&'s [f32], usize, InPlace)>,
     kc: usize,
     m: usize,
     n: usize,
@@ -482,13 +483,13 @@ impl Tiles<'_> {
         let mut scratch = [0.0f32; MAX_TILE];
         for i in rows {
             let (r0, h) = (i * mr, mr.min(self.m - i * mr));
-            let in_place = self.in_place.filter(|_| h == mr).zip(self.tile.in_place());
+            let in_place = self.in_place.filter(|_| h == mr);
             let a = match in_place {
-                Some(((data, lda), _)) => data[r0 * lda..].as_ptr(),
+                Some((data, lda, _)) => data[r0 * lda..].as_ptr(),
                 None => self.a[i * panel_a..].as_ptr(),
             };
             let kernel = |b: *const f32, c: *mut f32, ldc: usize, add: bool| match in_place {
-                Some(((_, lda), k)) => k(kc, a, lda, b, c, ldc, add),
+                Some((_, lda, k)) => k(kc, a, lda, b, c, ldc, add),
                 None => self.tile.run(kc, a, b, c, ldc, add),
             };
             for (j, b) in cols.clone().zip(packed_b.chunks_exact(panel_b)) {

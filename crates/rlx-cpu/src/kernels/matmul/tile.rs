@@ -28,14 +28,14 @@ pub struct Tile {
     pub(super) dot: Rows,
 }
 
-/// A tile kernel with one operand packed and the other read in place at step `p` from
-/// `x + offsets[p]`: `kernel(kc, packed, x, offsets, c, ldc, add)`, otherwise as on [`Tile`].
-/// From [`Tile::gathered`] the packed operand is `a` and `b`'s rows are read in place; from
-/// [`Tile::gathered_rows`] the packed operand is `b` and `a`'s columns are read in place.
 /// A register tile's kernel reading `a` unpacked: `(kc, a, lda, b, c, ldc, add)`, row `i` of the
 /// tile at `a + i·lda` (unit column stride), `b` packed as for [`Tile::run`].
 pub type InPlace = unsafe fn(usize, *const f32, usize, *const f32, *mut f32, usize, bool);
 
+/// A tile kernel with one operand packed and the other read in place at step `p` from
+/// `x + offsets[p]`: `kernel(kc, packed, x, offsets, c, ldc, add)`, otherwise as on [`Tile`].
+/// From [`Tile::gathered`] the packed operand is `a` and `b`'s rows are read in place; from
+/// [`Tile::gathered_rows`] the packed operand is `b` and `a`'s columns are read in place.
 pub type Gathered = unsafe fn(usize, *const f32, *const f32, *const usize, *mut f32, usize, bool);
 
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
@@ -124,8 +124,6 @@ impl Tile {
         None
     }
 
-    /// The tile of [`Tile::best`]'s instruction set that pads `m` rows the least (ties go to
-    /// the best): for a weight packed by rows, such as a conv's output channels.
     /// The kernel of this tile that reads full row panels of an f32 `a` in place, where
     /// there is one: no packing of `a`.
     pub fn in_place(&self) -> Option<InPlace> {
@@ -140,6 +138,8 @@ impl Tile {
         None
     }
 
+    /// The tile of [`Tile::best`]'s instruction set that pads `m` rows the least (ties go to
+    /// the best): for a weight packed by rows, such as a conv's output channels.
     pub fn for_rows(m: usize) -> Tile {
         let best = Tile::best();
         let padded = |t: &Tile| m.div_ceil(t.mr) * t.mr;
@@ -243,7 +243,6 @@ mod x86 {
         store!(acc, c, ldc, add);
     }
 
-    /// `MR × 16` with two ymm accumulators per row.
     /// [`avx512`] reading `a`'s rows in place: row `i` of the tile at `a + i·lda`.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn avx512_in_place<const MR: usize, const NV: usize>(kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
@@ -257,6 +256,7 @@ mod x86 {
         store!(acc, c, ldc, add);
     }
 
+    /// `MR × 16` with two ymm accumulators per row.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn avx2<const MR: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
