@@ -21,7 +21,7 @@ set too, and transformers' Gemma3 does not apply it). Weights are redrawn larger
 the initialisers' (so norms, biases and softcaps all matter) and rounded to the stored dtype
 before the reference runs. The tokenizers: Llama-3 split regex + `ignore_merges` + BOS template
 (llama), NFC + Qwen2 regex (qwen2, qwen3), individual digits + GPT-2 byte-level regex (gemma3's
-folder; Gemma's own tokenizer is SentencePiece-style, not byte-level).
+folder; Gemma's own SentencePiece-style tokenizer is tested by spm_tokenizer_fixtures.py).
 """
 import inspect
 import json

@@ -1,14 +1,26 @@
-//! Byte-level BPE (GPT-2 style) as llama.cpp runs it for GGUF files whose
-//! `tokenizer.ggml.model` is `gpt2`, and as Hugging Face `tokenizers` runs a byte-level BPE
-//! tokenizer.json ([`BpeTokenizer::from_tokenizer_json`]): text → special-token split → (NFC) →
-//! pre-tokenizer regexes → bytes mapped to GPT-2's printable characters → merges by rank → ids;
-//! decoding maps back.
+//! BPE tokenizers of two kinds, sharing special-token splitting, merging and the API:
+//!
+//! - byte-level (GPT-2 style), as llama.cpp runs it for GGUF files whose `tokenizer.ggml.model`
+//!   is `gpt2` and as Hugging Face `tokenizers` runs a byte-level tokenizer.json: words' bytes
+//!   map to GPT-2's printable characters before merging, and back when decoding;
+//! - SentencePiece-style (`byte_fallback`, Llama 2, Mistral, Gemma) from a tokenizer.json:
+//!   spaces are written `▁` by the normalizer or a Metaspace pre-tokenizer, each character that
+//!   is no token becomes its UTF-8 bytes as `<0xNN>` tokens, and decoding runs the file's
+//!   decoder chain ([`stages`]).
+//!
+//! Either way: text → added-token split → normalizers → pre-tokenizers → words → symbols merged
+//! by rank → ids.
+
+mod stages;
+
+pub(crate) use stages::{Behavior, Decoder, Normalizer, PreTokenizer, PrependScheme};
 
 use crate::error::{ModelError, Result};
 use fancy_regex::Regex;
 use rlx_io::{GgufFile, GgufValue};
-use std::collections::HashMap;
-use unicode_normalization::UnicodeNormalization;
+use stages::{byte_token, byte_token_name, METASPACE};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 /// ggml's token types (`tokenizer.ggml.token_type`).
 const TYPE_CONTROL: i32 = 3;
@@ -17,22 +29,23 @@ const TYPE_USER_DEFINED: i32 = 4;
 /// The GPT-2 word regex (contractions, letters, digits, other symbols, trailing whitespace).
 const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 
-/// A byte-level BPE tokenizer read from GGUF metadata or a tokenizer.json.
+/// A BPE tokenizer read from GGUF metadata or a tokenizer.json.
 pub struct BpeTokenizer {
     tokens: Vec<String>,
     ids: HashMap<String, u32>,
-    ranks: HashMap<(String, String), usize>,
-    /// Control and user-defined tokens, longest first: matched verbatim when specials parse.
-    specials: Vec<(String, u32)>,
-    is_control: Vec<bool>,
-    /// Applied in order; each splits every piece the previous one left.
-    pre: Vec<Regex>,
-    /// Text between special tokens is NFC-normalized first (Qwen2's tokenizer.json).
-    nfc: bool,
+    /// Merge rank by left symbol, then right symbol.
+    ranks: HashMap<String, HashMap<String, usize>>,
+    /// Added tokens matched in the text as given.
+    specials: AddedTokens,
+    /// Added tokens matched in normalized text (their own text normalized too).
+    normalized_specials: AddedTokens,
+    kinds: Vec<Kind>,
+    normalizers: Vec<Normalizer>,
+    pre: Vec<PreTokenizer>,
     /// A word that is a whole vocabulary token is taken as is, unmerged (Llama 3).
     ignore_merges: bool,
-    byte_char: [char; 256],
-    char_byte: HashMap<char, u8>,
+    symbols: Symbols,
+    decoding: Decoding,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     /// Whether `encode` puts `bos` first (`tokenizer.ggml.add_bos_token`).
@@ -41,18 +54,52 @@ pub struct BpeTokenizer {
     pub chat_template: Option<String>,
 }
 
+/// What a token id is, for matching and decoding.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Model,
+    /// Matched verbatim in text (user-defined), always.
+    Added,
+    /// Matched verbatim only when specials are parsed; left out of decoded text unless asked for.
+    Control,
+}
+
+/// How a word becomes the symbols merging starts from.
+enum Symbols {
+    /// Each byte as its GPT-2 printable character.
+    ByteLevel { byte_char: Box<[char; 256]>, char_byte: HashMap<char, u8> },
+    /// Each character that is a token as itself, any other as its bytes' `<0xNN>` tokens.
+    ByteFallback,
+}
+
+/// How `decode` makes text of token ids.
+pub(crate) enum Decoding {
+    /// Each token's bytes ([`BpeTokenizer::token_bytes`]) joined, invalid UTF-8 replaced.
+    Bytes,
+    /// The token texts through a `tokenizers` decoder chain, its outputs joined.
+    Chain(Vec<Decoder>),
+    /// No decoder: the token texts joined with spaces, as `tokenizers` does.
+    Spaced,
+}
+
 /// What a source gives the BPE core: the vocabulary by id, merges by rank, which ids are
-/// special, and how text is split.
+/// special, how text is normalized and split, and how words become symbols.
 pub(crate) struct BpeParts {
     pub tokens: Vec<String>,
     pub merges: Vec<(String, String)>,
-    /// Ids matched verbatim in text (control and user-defined tokens).
+    /// Ids matched verbatim in the text as given (control and user-defined tokens).
     pub specials: Vec<u32>,
-    /// Per id: a control token, left out of decoded text unless asked for.
+    /// Ids matched verbatim in normalized text.
+    pub normalized_specials: Vec<u32>,
+    /// Per id: a control token, matched only when specials are parsed and left out of decoded
+    /// text unless asked for.
     pub is_control: Vec<bool>,
-    pub pre: Vec<String>,
-    pub nfc: bool,
+    pub normalizers: Vec<Normalizer>,
+    pub pre: Vec<PreTokenizer>,
     pub ignore_merges: bool,
+    /// SentencePiece-style symbols (`<0xNN>` byte tokens) instead of byte-level ones.
+    pub byte_fallback: bool,
+    pub decoding: Decoding,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub add_bos: bool,
@@ -66,6 +113,19 @@ fn pre_regexes(pre: &str) -> Option<Vec<&'static str>> {
         "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" => vec![r"\p{N}", GPT2_WORDS],
         _ => return None,
     })
+}
+
+/// A pre-tokenizer that makes each match of `pattern` a word of its own.
+pub(crate) fn isolating(pattern: &str) -> Result<PreTokenizer> {
+    let re = Regex::new(pattern).map_err(|e| ModelError::Unsupported(format!("pre-tokenizer regex {pattern}: {e}")))?;
+    Ok(PreTokenizer::Split { re, behavior: Behavior::Isolated, invert: false })
+}
+
+/// The first byte whose `<0xNN>` token a byte-fallback vocabulary lacks. An ASCII byte may
+/// lack one when its character is a token (Gemma has `\t`, not `<0x09>`): it never falls back.
+pub(crate) fn missing_byte_token(ids: &HashMap<String, u32>) -> Option<String> {
+    let covered = |b: u8| ids.contains_key(&byte_token_name(b)) || (b.is_ascii() && ids.contains_key(&char::from(b).to_string()));
+    (0..=255u8).find(|&b| !covered(b)).map(byte_token_name)
 }
 
 /// GPT-2's reversible map from bytes to printable characters: printable Latin-1 bytes map
@@ -95,6 +155,62 @@ fn strings<'a>(gguf: &'a GgufFile, key: &str) -> Result<&'a [String]> {
 
 fn optional_id(gguf: &GgufFile, key: &str) -> Option<u32> {
     gguf.get(key).and_then(GgufValue::as_u64).and_then(|v| u32::try_from(v).ok())
+}
+
+/// A piece of text between added tokens, or an added token's id.
+enum Piece<'t> {
+    /// Text and its byte offset in what was split.
+    Text(&'t str, usize),
+    Added(u32),
+}
+
+/// Added tokens by first byte, longest first, so that a scan finds the leftmost-longest match
+/// as `tokenizers` (and llama.cpp) do.
+struct AddedTokens {
+    by_first: HashMap<u8, Vec<(String, u32, bool)>>,
+}
+
+impl AddedTokens {
+    /// From (text, id, control) triples; empty texts are never matched.
+    fn new(list: impl IntoIterator<Item = (String, u32, bool)>) -> AddedTokens {
+        let mut by_first: HashMap<u8, Vec<(String, u32, bool)>> = HashMap::new();
+        for (text, id, control) in list {
+            if let Some(&b) = text.as_bytes().first() {
+                by_first.entry(b).or_default().push((text, id, control));
+            }
+        }
+        for list in by_first.values_mut() {
+            list.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        }
+        AddedTokens { by_first }
+    }
+
+    /// `text` cut at every added token; control tokens only when `parse_special`.
+    fn split<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Piece<'t>> {
+        let mut out = Vec::new();
+        let mut plain = 0;
+        let mut at = 0;
+        while at < text.len() {
+            let hit = self.by_first.get(&text.as_bytes()[at]).and_then(|list| {
+                list.iter().find(|(s, _, control)| (parse_special || !control) && text[at..].starts_with(s.as_str()))
+            });
+            match hit {
+                Some((s, id, _)) => {
+                    if at > plain {
+                        out.push(Piece::Text(&text[plain..at], plain));
+                    }
+                    out.push(Piece::Added(*id));
+                    at += s.len();
+                    plain = at;
+                }
+                None => at += text[at..].chars().next().map_or(1, char::len_utf8),
+            }
+        }
+        if plain < text.len() {
+            out.push(Piece::Text(&text[plain..], plain));
+        }
+        out
+    }
 }
 
 impl BpeTokenizer {
@@ -128,12 +244,15 @@ impl BpeTokenizer {
             .collect::<Result<Vec<_>>>()?;
         BpeTokenizer::from_parts(BpeParts {
             specials: (0..tokens.len() as u32).filter(|&i| matches!(types[i as usize], TYPE_CONTROL | TYPE_USER_DEFINED)).collect(),
+            normalized_specials: Vec::new(),
             is_control: types.iter().map(|&t| t == TYPE_CONTROL).collect(),
             tokens,
             merges,
-            pre: pre.into_iter().map(str::to_string).collect(),
-            nfc: false,
+            normalizers: Vec::new(),
+            pre: pre.into_iter().map(isolating).collect::<Result<_>>()?,
             ignore_merges: false,
+            byte_fallback: false,
+            decoding: Decoding::Bytes,
             bos: optional_id(gguf, "tokenizer.ggml.bos_token_id"),
             eos: optional_id(gguf, "tokenizer.ggml.eos_token_id"),
             add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(false),
@@ -141,37 +260,54 @@ impl BpeTokenizer {
         })
     }
 
-    /// The tokenizer of `parts`, its regexes compiled.
+    /// The tokenizer of `parts`: ranks indexed, added tokens indexed for matching.
     pub(crate) fn from_parts(p: BpeParts) -> Result<BpeTokenizer> {
-        let pre = p
-            .pre
-            .iter()
-            .map(|r| Regex::new(r).map_err(|e| ModelError::Unsupported(format!("pre-tokenizer regex {r}: {e}"))))
-            .collect::<Result<Vec<_>>>()?;
-        let mut ranks = HashMap::with_capacity(p.merges.len());
-        for (rank, pair) in p.merges.into_iter().enumerate() {
-            ranks.entry(pair).or_insert(rank);
+        let mut ranks: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        for (rank, (a, b)) in p.merges.into_iter().enumerate() {
+            ranks.entry(a).or_default().entry(b).or_insert(rank);
         }
         let ids: HashMap<String, u32> = p.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let mut specials: Vec<(String, u32)> = p
-            .specials
-            .iter()
-            .filter_map(|&i| p.tokens.get(i as usize).filter(|t| !t.is_empty()).map(|t| (t.clone(), i)))
-            .collect();
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        let byte_char = byte_chars();
-        let char_byte = byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+        let mut kinds = vec![Kind::Model; p.tokens.len()];
+        for &i in p.specials.iter().chain(&p.normalized_specials) {
+            let control = p.is_control.get(i as usize).copied().unwrap_or(false);
+            if let Some(k) = kinds.get_mut(i as usize) {
+                *k = if control { Kind::Control } else { Kind::Added };
+            }
+        }
+        let added = |list: &[u32], normalize: bool| {
+            let tokens = &p.tokens;
+            let kinds = &kinds;
+            let normalizers = &p.normalizers;
+            AddedTokens::new(list.iter().filter_map(move |&i| {
+                let text = tokens.get(i as usize)?;
+                let text = if normalize { stages::normalize(normalizers, text) } else { text.clone() };
+                Some((text, i, kinds[i as usize] == Kind::Control))
+            }))
+        };
+        let specials = added(&p.specials, false);
+        let normalized_specials = added(&p.normalized_specials, true);
+        let symbols = if p.byte_fallback {
+            if let Some(name) = missing_byte_token(&ids) {
+                return Err(ModelError::Unsupported(format!("byte-fallback vocabulary lacks the byte token {name}")));
+            }
+            Symbols::ByteFallback
+        } else {
+            let byte_char = byte_chars();
+            let char_byte = byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+            Symbols::ByteLevel { byte_char: Box::new(byte_char), char_byte }
+        };
         Ok(BpeTokenizer {
-            is_control: p.is_control,
             tokens: p.tokens,
             ids,
             ranks,
             specials,
-            pre,
-            nfc: p.nfc,
+            normalized_specials,
+            kinds,
+            normalizers: p.normalizers,
+            pre: p.pre,
             ignore_merges: p.ignore_merges,
-            byte_char,
-            char_byte,
+            symbols,
+            decoding: p.decoding,
             bos: p.bos,
             eos: p.eos,
             add_bos: p.add_bos,
@@ -189,87 +325,65 @@ impl BpeTokenizer {
         self.ids.get(text).copied()
     }
 
-    /// Token ids of `text`: `bos` first when `add_bos` is set; with `parse_special`, control and
-    /// user-defined token texts (`<|im_start|>`) become their ids instead of being spelled out.
+    /// Token ids of `text`: `bos` first when `add_bos` is set. User-defined tokens' texts
+    /// (`<tool>`) always become their ids; control tokens' (`<|im_start|>`) only with
+    /// `parse_special`, as in `tokenizers` (`encode_special_tokens` off) and llama.cpp.
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::new();
         if self.add_bos {
             out.extend(self.bos);
         }
-        let mut rest = text;
-        while !rest.is_empty() {
-            let hit = if parse_special { self.next_special(rest) } else { None };
-            let (plain, special) = match hit {
-                Some((at, len, id)) => (&rest[..at], Some((len, id, at))),
-                None => (rest, None),
-            };
-            self.encode_plain(plain, &mut out);
-            match special {
-                Some((len, id, at)) => {
+        for piece in self.specials.split(text, parse_special) {
+            let (plain, at) = match piece {
+                Piece::Added(id) => {
                     out.push(id);
-                    rest = &rest[at + len..];
+                    continue;
                 }
-                None => rest = "",
+                Piece::Text(plain, at) => (plain, at),
+            };
+            let normalized = stages::normalize(&self.normalizers, plain);
+            for part in self.normalized_specials.split(&normalized, parse_special) {
+                match part {
+                    Piece::Added(id) => out.push(id),
+                    Piece::Text(words, offset) => {
+                        for word in stages::pre_tokenize(&self.pre, words, at == 0 && offset == 0) {
+                            self.encode_word(&word, &mut out);
+                        }
+                    }
+                }
             }
         }
         out
     }
 
-    /// The earliest special token in `text` (longest at a tie): byte offset, length, id.
-    fn next_special(&self, text: &str) -> Option<(usize, usize, u32)> {
-        let mut best: Option<(usize, usize, u32)> = None;
-        for (s, id) in &self.specials {
-            if let Some(at) = text.find(s.as_str()) {
-                if best.is_none_or(|(b, len, _)| at < b || (at == b && s.len() > len)) {
-                    best = Some((at, s.len(), *id));
-                }
-            }
-        }
-        best
-    }
-
-    /// Ids of text without special tokens: pre-tokenized, then each word merged.
-    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) {
-        if text.is_empty() {
-            return;
-        }
-        let normalized: String;
-        let text = if self.nfc {
-            normalized = text.nfc().collect();
-            normalized.as_str()
-        } else {
-            text
-        };
-        let mut pieces = vec![text];
-        for re in &self.pre {
-            pieces = pieces.into_iter().flat_map(|p| split_keeping(re, p)).collect();
-        }
-        for word in pieces {
-            self.encode_word(word, out);
-        }
-    }
-
-    /// One pre-tokenized word: its bytes as GPT-2 characters, merged pairwise by lowest rank
-    /// (leftmost first at equal rank); a symbol outside the vocabulary falls back to its bytes.
+    /// One pre-tokenized word: its symbols merged, then their ids. A merged symbol outside the
+    /// vocabulary (possible in GGUF files) falls back to its characters' ids.
     fn encode_word(&self, word: &str, out: &mut Vec<u32>) {
-        let mut symbols: Vec<String> = word.bytes().map(|b| self.byte_char[b as usize].to_string()).collect();
+        let symbols: Vec<String> = match &self.symbols {
+            Symbols::ByteLevel { byte_char, .. } => word.bytes().map(|b| byte_char[b as usize].to_string()).collect(),
+            Symbols::ByteFallback => word
+                .chars()
+                .flat_map(|c| {
+                    let s = c.to_string();
+                    if self.ids.contains_key(&s) {
+                        vec![s]
+                    } else {
+                        s.bytes().map(byte_token_name).collect()
+                    }
+                })
+                .collect(),
+        };
         if self.ignore_merges {
-            if let Some(&id) = self.ids.get(&symbols.concat()) {
+            let whole = match self.symbols {
+                Symbols::ByteLevel { .. } => symbols.concat(),
+                Symbols::ByteFallback => word.to_string(),
+            };
+            if let Some(&id) = self.ids.get(&whole) {
                 out.push(id);
                 return;
             }
         }
-        loop {
-            let best = symbols
-                .windows(2)
-                .enumerate()
-                .filter_map(|(i, p)| self.ranks.get(&(p[0].clone(), p[1].clone())).map(|&r| (r, i)))
-                .min();
-            let Some((_, i)) = best else { break };
-            let right = symbols.remove(i + 1);
-            symbols[i].push_str(&right);
-        }
-        for s in symbols {
+        for s in self.merge(symbols) {
             match self.ids.get(&s) {
                 Some(&id) => out.push(id),
                 None => out.extend(s.chars().filter_map(|c| self.ids.get(&c.to_string()).copied())),
@@ -277,47 +391,82 @@ impl BpeTokenizer {
         }
     }
 
-    /// The bytes of one token: control tokens give nothing unless `specials` is set, when they
-    /// (and user-defined tokens) give their text verbatim.
+    /// `symbols` merged pairwise, lowest rank first and leftmost at equal rank: candidate pairs
+    /// wait in a queue and are checked again when taken, since merges around them may have
+    /// changed them.
+    fn merge(&self, mut symbols: Vec<String>) -> Vec<String> {
+        let n = symbols.len();
+        let rank = |symbols: &[String], i: usize, j: usize| self.ranks.get(&symbols[i]).and_then(|m| m.get(&symbols[j])).copied();
+        let mut next: Vec<usize> = (1..=n).collect();
+        let mut prev: Vec<Option<usize>> = (0..n).map(|i| i.checked_sub(1)).collect();
+        let mut queue: BinaryHeap<Reverse<(usize, usize)>> = (1..n).filter_map(|j| rank(&symbols, j - 1, j).map(|r| Reverse((r, j - 1)))).collect();
+        while let Some(Reverse((r, i))) = queue.pop() {
+            let j = next[i];
+            if symbols[i].is_empty() || j >= n || rank(&symbols, i, j) != Some(r) {
+                continue;
+            }
+            let right = std::mem::take(&mut symbols[j]);
+            symbols[i].push_str(&right);
+            next[i] = next[j];
+            if let Some(k) = Some(next[i]).filter(|&k| k < n) {
+                prev[k] = Some(i);
+                queue.extend(rank(&symbols, i, k).map(|r| Reverse((r, i))));
+            }
+            if let Some(h) = prev[i] {
+                queue.extend(rank(&symbols, h, i).map(|r| Reverse((r, h))));
+            }
+        }
+        symbols.retain(|s| !s.is_empty());
+        symbols
+    }
+
+    /// The bytes of one token, as streamed output shows it: control tokens give nothing unless
+    /// `specials` is set, when they (and user-defined tokens) give their text verbatim; a
+    /// `<0xNN>` token gives its byte and `▁` a space. Decoders' edits of the whole text (the
+    /// leading space Llama's `Strip` removes) are [`BpeTokenizer::decode`]'s: a streamed token
+    /// continues a prompt, so its space stays.
     pub fn token_bytes(&self, id: u32, specials: bool) -> Vec<u8> {
         let Some(text) = self.tokens.get(id as usize) else { return Vec::new() };
-        let special = self.specials.iter().any(|(_, s)| *s == id);
-        if special {
-            let control = self.is_control.get(id as usize).copied().unwrap_or(false);
-            return if specials || !control { text.as_bytes().to_vec() } else { Vec::new() };
+        match self.kinds[id as usize] {
+            Kind::Control if !specials => Vec::new(),
+            Kind::Control | Kind::Added => text.as_bytes().to_vec(),
+            Kind::Model => match &self.symbols {
+                Symbols::ByteLevel { char_byte, .. } => text.chars().map(|c| char_byte.get(&c).copied().unwrap_or(b'?')).collect(),
+                Symbols::ByteFallback => match byte_token(text) {
+                    Some(b) => vec![b],
+                    None => text.replace(METASPACE, " ").into_bytes(),
+                },
+            },
         }
-        text.chars().map(|c| self.char_byte.get(&c).copied().unwrap_or(b'?')).collect()
     }
 
-    /// The text of `ids` (invalid UTF-8 replaced), control tokens omitted unless `specials`.
+    /// The text of `ids` as `tokenizers`' `decode` gives it (byte-level: invalid UTF-8
+    /// replaced), control tokens omitted unless `specials`.
     pub fn decode(&self, ids: &[u32], specials: bool) -> String {
-        let bytes: Vec<u8> = ids.iter().flat_map(|&id| self.token_bytes(id, specials)).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
-/// `text` cut at every match of `re`: matches and the spans between them, in order.
-fn split_keeping<'t>(re: &Regex, text: &'t str) -> Vec<&'t str> {
-    let mut out = Vec::new();
-    let mut last = 0;
-    for m in re.find_iter(text).flatten() {
-        if m.start() > last {
-            out.push(&text[last..m.start()]);
+        let texts = || -> Vec<String> {
+            ids.iter()
+                .filter(|&&id| specials || self.kinds.get(id as usize).is_some_and(|&k| k != Kind::Control))
+                .filter_map(|&id| self.tokens.get(id as usize).cloned())
+                .collect()
+        };
+        match &self.decoding {
+            Decoding::Bytes => {
+                let bytes: Vec<u8> = ids.iter().flat_map(|&id| self.token_bytes(id, specials)).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            Decoding::Chain(steps) => stages::decode(steps, texts()).concat(),
+            Decoding::Spaced => texts().join(" "),
         }
-        if m.end() > m.start() {
-            out.push(m.as_str());
-        }
-        last = m.end();
     }
-    if last < text.len() {
-        out.push(&text[last..]);
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn split_all(pre: &[PreTokenizer], text: &str) -> Vec<String> {
+        stages::pre_tokenize(pre, text, true)
+    }
 
     #[test]
     fn byte_map_is_gpt2s() {
@@ -332,11 +481,71 @@ mod tests {
 
     #[test]
     fn digits_then_words_split_like_the_smollm_pre_tokenizer() {
-        let res: Vec<Regex> = pre_regexes("smollm").unwrap().into_iter().map(|r| Regex::new(r).unwrap()).collect();
-        let mut pieces = vec!["Hello  world 123's\tok\n\n"];
-        for re in &res {
-            pieces = pieces.into_iter().flat_map(|p| split_keeping(re, p)).collect();
-        }
-        assert_eq!(pieces, ["Hello", " ", " world", " ", "1", "2", "3", "'s", "\t", "ok", "\n\n"]);
+        let pre: Vec<PreTokenizer> = pre_regexes("smollm").unwrap().into_iter().map(|r| isolating(r).unwrap()).collect();
+        assert_eq!(split_all(&pre, "Hello  world 123's\tok\n\n"), ["Hello", " ", " world", " ", "1", "2", "3", "'s", "\t", "ok", "\n\n"]);
+    }
+
+    /// A byte-fallback tokenizer over `vocab` (after the 256 byte tokens) and `merges`.
+    fn spm(vocab: &[&str], merges: &[(&str, &str)]) -> BpeTokenizer {
+        let tokens = (0..=255u8).map(byte_token_name).chain(vocab.iter().map(|s| s.to_string())).collect::<Vec<_>>();
+        BpeTokenizer::from_parts(BpeParts {
+            is_control: vec![false; tokens.len()],
+            tokens,
+            merges: merges.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            specials: Vec::new(),
+            normalized_specials: Vec::new(),
+            normalizers: vec![Normalizer::Replace { from: " ".into(), to: "▁".into() }],
+            pre: Vec::new(),
+            ignore_merges: false,
+            byte_fallback: true,
+            decoding: Decoding::Chain(vec![Decoder::Replace { from: "▁".into(), to: " ".into() }, Decoder::ByteFallback, Decoder::Fuse]),
+            bos: None,
+            eos: None,
+            add_bos: false,
+            chat_template: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn characters_outside_the_vocabulary_fall_back_to_byte_tokens() {
+        let tok = spm(&["a", "▁", "b", "▁a", "▁ab"], &[("▁", "a"), ("▁a", "b")]);
+        let ids = tok.encode("a ab é", false);
+        let names: Vec<&str> = ids.iter().map(|&i| tok.tokens[i as usize].as_str()).collect();
+        assert_eq!(names, ["a", "▁ab", "▁", "<0xC3>", "<0xA9>"]);
+        assert_eq!(tok.decode(&ids, false), "a ab é");
+        assert_eq!(tok.token_bytes(ids[1], false), b" ab");
+        assert_eq!(tok.token_bytes(tok.token_id("<0x0A>").unwrap(), false), b"\n");
+    }
+
+    #[test]
+    fn merges_take_the_lowest_rank_then_the_leftmost_pair() {
+        let tok = spm(&["a", "b", "ab", "ba", "aba"], &[("b", "a"), ("a", "b"), ("ab", "a")]);
+        let names = |t: &str| tok.encode(t, false).iter().map(|&i| tok.tokens[i as usize].clone()).collect::<Vec<_>>();
+        assert_eq!(names("abab"), ["a", "ba", "b"]);
+        assert_eq!(names("abba"), ["ab", "ba"]);
+        assert_eq!(names("aab"), ["a", "ab"]);
+    }
+
+    #[test]
+    fn a_vocabulary_without_byte_tokens_is_refused() {
+        let tokens = vec!["a".to_string(), "<0x00>".to_string()];
+        let err = BpeTokenizer::from_parts(BpeParts {
+            is_control: vec![false; 2],
+            tokens,
+            merges: Vec::new(),
+            specials: Vec::new(),
+            normalized_specials: Vec::new(),
+            normalizers: Vec::new(),
+            pre: Vec::new(),
+            ignore_merges: false,
+            byte_fallback: true,
+            decoding: Decoding::Spaced,
+            bos: None,
+            eos: None,
+            add_bos: false,
+            chat_template: None,
+        });
+        assert!(matches!(err, Err(ModelError::Unsupported(m)) if m.contains("<0x01>")));
     }
 }

@@ -1,9 +1,12 @@
-//! Byte-level BPE tokenizers from a Hugging Face tokenizer.json (Llama 3, Qwen2/3, SmolLM2,
-//! GPT-2): the `model`'s vocabulary and merges, `added_tokens`, an NFC `normalizer`, and the
-//! `pre_tokenizer` (Split regexes, Digits, ByteLevel) become a [`BpeTokenizer`], the same core
-//! GGUF metadata feeds. Other models, normalizers or pre-tokenizers are refused by name.
+//! BPE tokenizers from a Hugging Face tokenizer.json, byte-level (Llama 3, Qwen2/3, SmolLM2,
+//! GPT-2) or SentencePiece-style with `byte_fallback` (Llama 2, TinyLlama, Mistral, Gemma): the
+//! `model`'s vocabulary and merges, `added_tokens`, the `normalizer` (NFC/NFD/NFKC/NFKD,
+//! Replace, Prepend), the `pre_tokenizer` (Split, Digits, ByteLevel, Metaspace) and, for
+//! SentencePiece-style files, the `decoder` (Replace, ByteFallback, Fuse, Strip, Metaspace) become
+//! a [`BpeTokenizer`], the same core GGUF metadata feeds. Other models and stages are refused by
+//! name.
 
-use crate::bpe::{BpeParts, BpeTokenizer};
+use crate::bpe::{self, Behavior, BpeParts, BpeTokenizer, Decoder, Decoding, Normalizer, PreTokenizer, PrependScheme};
 use crate::error::{ModelError, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -38,9 +41,9 @@ impl Reader<'_> {
 }
 
 impl BpeTokenizer {
-    /// Reads a byte-level BPE tokenizer.json. `bos` and `add_bos` come from a
-    /// `TemplateProcessing` post-processor that puts one special token before the text; `eos`
-    /// is left unset (tokenizer_config.json or config.json say it).
+    /// Reads a BPE tokenizer.json. `bos` and `add_bos` come from a `TemplateProcessing`
+    /// post-processor that puts one special token before the text; `eos` is left unset
+    /// (tokenizer_config.json or config.json say it).
     pub fn from_tokenizer_json(path: &Path) -> Result<BpeTokenizer> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ModelError::Unsupported(format!("{}: cannot read: {e}", path.display())))?;
@@ -55,14 +58,16 @@ fn parts(r: &Reader, json: &Value) -> Result<BpeParts> {
     if kind != "BPE" {
         return Err(r.unsupported(format!("model type `{kind}`; only BPE is implemented")));
     }
-    if r.flag(model, "byte_fallback", false)? {
-        return Err(r.unsupported("model.byte_fallback (SentencePiece-style BPE) is not implemented; byte-level BPE is".into()));
-    }
+    let byte_fallback = r.flag(model, "byte_fallback", false)?;
     for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
         if model.get(key).and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
             return Err(r.unsupported(format!("model.{key} is not implemented")));
         }
     }
+    if model.get("unk_token").is_some_and(|u| !u.is_null() && !u.is_string()) {
+        return Err(r.error("model.unk_token", "a string or null"));
+    }
+    r.flag(model, "fuse_unk", false)?;
     let vocab = model.get("vocab").and_then(Value::as_object).ok_or_else(|| r.error("model.vocab", "an object of token ids"))?;
     let mut tokens: Vec<String> = Vec::new();
     let put = |tokens: &mut Vec<String>, text: &str, id: u64, key: &str| -> Result<u32> {
@@ -92,11 +97,16 @@ fn parts(r: &Reader, json: &Value) -> Result<BpeParts> {
                 },
                 _ => None,
             };
-            pair.ok_or_else(|| r.error("model.merges", &format!("`left right` strings or [left, right] pairs, entry {rank} is {m}")))
+            let (a, b) = pair.ok_or_else(|| r.error("model.merges", &format!("`left right` strings or [left, right] pairs, entry {rank} is {m}")))?;
+            if [a.as_str(), b.as_str(), &format!("{a}{b}")].iter().any(|t| !vocab.contains_key(*t)) {
+                return Err(r.error("model.merges", &format!("pairs of tokens whose join is a token, entry {rank} is `{a} {b}`")));
+            }
+            Ok((a, b))
         })
         .collect::<Result<Vec<_>>>()?;
 
     let mut specials = Vec::new();
+    let mut normalized_specials = Vec::new();
     let mut control = Vec::new();
     for t in json.get("added_tokens").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
         let content = r.str(t, "content")?;
@@ -107,35 +117,57 @@ fn parts(r: &Reader, json: &Value) -> Result<BpeParts> {
                 return Err(r.unsupported(format!("added token `{content}` sets {key}, which is not implemented")));
             }
         }
-        specials.push(id);
-        if r.flag(t, "special", false)? {
+        let special = r.flag(t, "special", false)?;
+        if r.flag(t, "normalized", !special)? {
+            normalized_specials.push(id);
+        } else {
+            specials.push(id);
+        }
+        if special {
             control.push(id);
         }
     }
     let mut is_control = vec![false; tokens.len()];
     control.iter().for_each(|&i| is_control[i as usize] = true);
 
-    let nfc = match json.get("normalizer") {
-        None | Some(Value::Null) => false,
-        Some(n) => match n.get("type").and_then(Value::as_str) {
-            Some("NFC") => true,
-            other => return Err(r.unsupported(format!("normalizer {other:?} is not implemented (NFC is)"))),
+    let mut normalizers = Vec::new();
+    if let Some(n) = json.get("normalizer").filter(|n| !n.is_null()) {
+        normalizer(r, n, &mut normalizers)?;
+    }
+    let mut pre = Vec::new();
+    if let Some(p) = json.get("pre_tokenizer").filter(|p| !p.is_null()) {
+        pre_tokenizer(r, p, &mut pre)?;
+    }
+    let byte_level = has_byte_level(json.get("pre_tokenizer"));
+    let decoding = match (byte_fallback, byte_level) {
+        (false, true) => Decoding::Bytes,
+        (false, false) => return Err(r.unsupported("BPE without byte_fallback and without a ByteLevel pre-tokenizer is not implemented".into())),
+        (true, true) => return Err(r.unsupported("a ByteLevel pre-tokenizer with model.byte_fallback is not implemented".into())),
+        (true, false) => match json.get("decoder").filter(|d| !d.is_null()) {
+            None => Decoding::Spaced,
+            Some(d) => {
+                let mut steps = Vec::new();
+                decoder(r, d, &mut steps)?;
+                Decoding::Chain(steps)
+            }
         },
     };
-    let mut pre = Vec::new();
-    match json.get("pre_tokenizer") {
-        None | Some(Value::Null) => {}
-        Some(p) => pre_tokenizer(r, p, &mut pre)?,
-    }
     let (bos, add_bos) = bos_template(r, json.get("post_processor"), &tokens)?;
+    let ids = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    if let Some(name) = bpe::missing_byte_token(&ids).filter(|_| byte_fallback) {
+        return Err(r.error("model.vocab", &format!("the byte tokens <0x00>…<0xFF> model.byte_fallback needs; {name} is missing")));
+    }
     Ok(BpeParts {
         tokens,
         merges,
         specials,
+        normalized_specials,
         is_control,
+        normalizers,
         pre,
-        nfc,
         ignore_merges: r.flag(model, "ignore_merges", false)?,
+        byte_fallback,
+        decoding,
         bos,
         eos: None,
         add_bos,
@@ -143,42 +175,132 @@ fn parts(r: &Reader, json: &Value) -> Result<BpeParts> {
     })
 }
 
-/// Appends the regexes of pre-tokenizer `p` (a `Sequence` recursively) to `out`. A byte-level
-/// stage is required; what it and `Split`/`Digits` split with becomes one regex each.
-fn pre_tokenizer(r: &Reader, p: &Value, out: &mut Vec<String>) -> Result<()> {
+/// Whether pre-tokenizer `p` (a `Sequence` recursively) has a ByteLevel stage.
+fn has_byte_level(p: Option<&Value>) -> bool {
+    let Some(p) = p else { return false };
+    match p.get("type").and_then(Value::as_str) {
+        Some("ByteLevel") => true,
+        Some("Sequence") => p.get("pretokenizers").and_then(Value::as_array).is_some_and(|l| l.iter().any(|q| has_byte_level(Some(q)))),
+        _ => false,
+    }
+}
+
+/// A `{"String": ...}` pattern's text; `what` names the stage for the error.
+fn string_pattern(r: &Reader, v: &Value, what: &str) -> Result<String> {
+    let pattern = v.get("pattern").ok_or_else(|| r.error(&format!("{what}.pattern"), "an object"))?;
+    match pattern.get("String").and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => Ok(s.to_string()),
+        Some(_) => Err(r.error(&format!("{what}.pattern"), "a non-empty string")),
+        None => Err(r.unsupported(format!("{what} with pattern {pattern} is not implemented (a String pattern is)"))),
+    }
+}
+
+/// The one character of a string field.
+fn one_char(r: &Reader, v: &Value, key: &str) -> Result<char> {
+    let s = r.str(v, key)?;
+    let mut chars = s.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) => Ok(c),
+        _ => Err(r.error(key, "one character")),
+    }
+}
+
+/// A Metaspace stage's prepend scheme: `prepend_scheme`, or the older `add_prefix_space`.
+fn prepend_scheme(r: &Reader, v: &Value) -> Result<PrependScheme> {
+    match v.get("prepend_scheme").and_then(Value::as_str) {
+        Some("always") => Ok(PrependScheme::Always),
+        Some("first") => Ok(PrependScheme::First),
+        Some("never") => Ok(PrependScheme::Never),
+        Some(other) => Err(r.error("prepend_scheme", &format!("always, first or never, not `{other}`"))),
+        None if r.flag(v, "add_prefix_space", true)? => Ok(PrependScheme::Always),
+        None => Ok(PrependScheme::Never),
+    }
+}
+
+/// Appends the steps of normalizer `n` (a `Sequence` recursively) to `out`.
+fn normalizer(r: &Reader, n: &Value, out: &mut Vec<Normalizer>) -> Result<()> {
+    out.push(match r.str(n, "type")? {
+        "Sequence" => {
+            let list = n.get("normalizers").and_then(Value::as_array).ok_or_else(|| r.error("normalizer.normalizers", "an array"))?;
+            return list.iter().try_for_each(|m| normalizer(r, m, out));
+        }
+        "NFC" => Normalizer::Nfc,
+        "NFD" => Normalizer::Nfd,
+        "NFKC" => Normalizer::Nfkc,
+        "NFKD" => Normalizer::Nfkd,
+        "Replace" => Normalizer::Replace { from: string_pattern(r, n, "normalizer Replace")?, to: r.str(n, "content")?.to_string() },
+        "Prepend" => Normalizer::Prepend(r.str(n, "prepend")?.to_string()),
+        other => return Err(r.unsupported(format!("normalizer `{other}` is not implemented (Sequence, NFC, NFD, NFKC, NFKD, Replace, Prepend are)"))),
+    });
+    Ok(())
+}
+
+/// Appends the stages of pre-tokenizer `p` (a `Sequence` recursively) to `out`; ByteLevel's
+/// regex and Digits become isolating splits.
+fn pre_tokenizer(r: &Reader, p: &Value, out: &mut Vec<PreTokenizer>) -> Result<()> {
     match r.str(p, "type")? {
         "Sequence" => {
             let list = p.get("pretokenizers").and_then(Value::as_array).ok_or_else(|| r.error("pre_tokenizer.pretokenizers", "an array"))?;
-            list.iter().try_for_each(|q| pre_tokenizer(r, q, out))
+            return list.iter().try_for_each(|q| pre_tokenizer(r, q, out));
         }
         "Split" => {
-            let behavior = p.get("behavior").and_then(Value::as_str).unwrap_or("Isolated");
-            if behavior != "Isolated" || r.flag(p, "invert", false)? {
-                return Err(r.unsupported(format!("Split pre-tokenizer with behavior `{behavior}` or invert is not implemented (Isolated is)")));
-            }
+            let behavior = match p.get("behavior").and_then(Value::as_str).unwrap_or("Isolated") {
+                "Removed" => Behavior::Removed,
+                "Isolated" => Behavior::Isolated,
+                "MergedWithPrevious" => Behavior::MergedWithPrevious,
+                "MergedWithNext" => Behavior::MergedWithNext,
+                "Contiguous" => Behavior::Contiguous,
+                other => return Err(r.unsupported(format!("Split pre-tokenizer behavior `{other}` is not known"))),
+            };
             let pattern = p.get("pattern").ok_or_else(|| r.error("pre_tokenizer.pattern", "an object"))?;
-            match (pattern.get("Regex").and_then(Value::as_str), pattern.get("String").and_then(Value::as_str)) {
-                (Some(re), _) => out.push(re.to_string()),
-                (None, Some(s)) => out.push(fancy_regex::escape(s).into_owned()),
+            let re = match (pattern.get("Regex").and_then(Value::as_str), pattern.get("String").and_then(Value::as_str)) {
+                (Some(re), _) => re.to_string(),
+                (None, Some(s)) => fancy_regex::escape(s).into_owned(),
                 _ => return Err(r.error("pre_tokenizer.pattern", "{\"Regex\": ...} or {\"String\": ...}")),
-            }
-            Ok(())
+            };
+            let re = fancy_regex::Regex::new(&re).map_err(|e| r.unsupported(format!("pre-tokenizer regex {re}: {e}")))?;
+            out.push(PreTokenizer::Split { re, behavior, invert: r.flag(p, "invert", false)? });
         }
-        "Digits" => {
-            out.push(if r.flag(p, "individual_digits", false)? { r"\p{N}" } else { r"\p{N}+" }.to_string());
-            Ok(())
-        }
+        "Digits" => out.push(bpe::isolating(if r.flag(p, "individual_digits", false)? { r"\p{N}" } else { r"\p{N}+" })?),
         "ByteLevel" => {
             if r.flag(p, "add_prefix_space", false)? {
                 return Err(r.unsupported("ByteLevel pre-tokenizer with add_prefix_space is not implemented".into()));
             }
             if r.flag(p, "use_regex", true)? {
-                out.push(BYTE_LEVEL_WORDS.to_string());
+                out.push(bpe::isolating(BYTE_LEVEL_WORDS)?);
             }
-            Ok(())
         }
-        other => Err(r.unsupported(format!("pre-tokenizer `{other}` is not implemented (Sequence, Split, Digits, ByteLevel are)"))),
+        "Metaspace" => out.push(PreTokenizer::Metaspace {
+            replacement: one_char(r, p, "replacement")?,
+            prepend: prepend_scheme(r, p)?,
+            split: r.flag(p, "split", true)?,
+        }),
+        other => return Err(r.unsupported(format!("pre-tokenizer `{other}` is not implemented (Sequence, Split, Digits, ByteLevel, Metaspace are)"))),
     }
+    Ok(())
+}
+
+/// Appends the steps of decoder `d` (a `Sequence` recursively) to `out`.
+fn decoder(r: &Reader, d: &Value, out: &mut Vec<Decoder>) -> Result<()> {
+    let count = |key: &str| -> Result<usize> {
+        d.get(key).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok()).ok_or_else(|| r.error(&format!("decoder.{key}"), "a count"))
+    };
+    out.push(match r.str(d, "type")? {
+        "Sequence" => {
+            let list = d.get("decoders").and_then(Value::as_array).ok_or_else(|| r.error("decoder.decoders", "an array"))?;
+            return list.iter().try_for_each(|e| decoder(r, e, out));
+        }
+        "Replace" => Decoder::Replace { from: string_pattern(r, d, "decoder Replace")?, to: r.str(d, "content")?.to_string() },
+        "ByteFallback" => Decoder::ByteFallback,
+        "Fuse" => Decoder::Fuse,
+        "Strip" => Decoder::Strip { content: one_char(r, d, "content")?, start: count("start")?, stop: count("stop")? },
+        "Metaspace" => Decoder::Metaspace {
+            replacement: one_char(r, d, "replacement")?,
+            drop_first: prepend_scheme(r, d)? != PrependScheme::Never,
+        },
+        other => return Err(r.unsupported(format!("decoder `{other}` is not implemented (Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace are)"))),
+    });
+    Ok(())
 }
 
 /// `(bos, add_bos)` of the post-processor: a `TemplateProcessing` whose single-text template is
