@@ -49,6 +49,12 @@ fn attention_matches_its_kernel() {
         ("F32", "2,2,4,4", "2,2,6,4", Some(("Bool", "2,6")), forward(2, 4, "None", "Custom", "None", "None")),
         ("F32", "2,2,3,4", "2,2,5,4", Some(("F32", "1,2,3,5")), forward(2, 4, "None", "Bias", "None", "None")),
         ("F16", "1,3,8", "1,4,8", None, forward(2, 4, "None", "Causal", "None", "None")),
+        // Grouped KV heads: 6 query heads over 2, 4 over 1 (MQA), head-major 4 over 2 with a
+        // bias, and 70 queries (a lane block) of 4 heads over 2.
+        ("F32", "2,5,24", "2,7,8", None, forward(6, 4, "None", "Causal", "None", "None")),
+        ("F64", "5,16", "3,4", None, forward(4, 4, "None", "None", "None", "None")),
+        ("F32", "1,4,5,8", "1,2,9,8", Some(("F32", "1,4,5,9")), forward(4, 8, "None", "Bias", "None", "None")),
+        ("F32", "1,70,16", "1,70,8", None, forward(4, 4, "None", "Causal", "None", "None")),
     ];
     for (dtype, q, kv, extra, op) in cases {
         let tol = if dtype == "F16" { 2e-3 } else { 2e-5 };

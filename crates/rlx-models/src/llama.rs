@@ -5,10 +5,11 @@
 //! ([`hf`]) feed the same builder, with Qwen2/Qwen3/Gemma3's differences as [`Variant`] fields.
 //!
 //! One graph serves prefill and decode: it reads `tokens [S]` at positions `pos..pos+S`, writes
-//! their keys and values into per-layer f16 caches held as graph state (`KvAppend` on a
-//! parameter, updated in place by the backend), and attends over the cache under an additive
-//! mask. Products round as llama.cpp's CPU backend does (8-bit activation blocks against the
-//! 32-value weight types, f16 cache and attention operands; [`attention`]).
+//! their keys and values into per-layer f32 caches of the KV heads held as graph state
+//! (`KvAppend` on a parameter, updated in place by the backend), and attends over the cache
+//! under an additive mask, each KV head read in place by its group of query heads. Products
+//! round as llama.cpp's CPU backend does (8-bit activation blocks against the 32-value weight
+//! types).
 
 mod config;
 mod generate;
@@ -169,7 +170,6 @@ impl Llama {
             x = b.scale(x, scale)?;
         }
         let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
-        let group = h / hkv;
         let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
         let attn = Attention { score_scale: var.attn_scale, attn_logit_softcap: var.attn_softcap, ..Attention::new(h, hd, MaskKind::Bias) };
         for l in 0..c.layers {
@@ -190,8 +190,8 @@ impl Llama {
             };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let k = b.cache(&p("k_cache"), k, pos, (hkv, group, hd), capacity)?;
-            let v = b.cache(&p("v_cache"), v, pos, (hkv, group, hd), capacity)?;
+            let k = b.cache(&p("k_cache"), k, pos, (hkv, hd), capacity)?;
+            let v = b.cache(&p("v_cache"), v, pos, (hkv, hd), capacity)?;
             let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
             let q = b.g.transpose(q, &[0, 2, 1, 3])?;
             let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
@@ -326,15 +326,12 @@ fn rope_tables(base: f64, n_rot: usize, scaling: &RopeScaling, pos: usize, s: us
 
 impl Builder<'_> {
     /// Writes this step's keys or values `x [S, H_kv·D]` into the cache `name`
-    /// (`[1, H, capacity, D]`, KV heads repeated for their query groups) at `pos`, and returns
-    /// the whole cache for attention.
-    fn cache(&mut self, name: &str, x: ValueId, pos: ValueId, (hkv, group, hd): (usize, usize, usize), capacity: usize) -> Result<ValueId> {
-        let heads = hkv * group;
-        let x = self.g.reshape(x, &[-1, hkv as i64, 1, hd as i64])?;
-        let x = self.g.expand(x, &[-1, hkv as i64, group as i64, hd as i64])?;
-        let x = self.g.reshape(x, &[1, -1, heads as i64, hd as i64])?;
+    /// (`[1, H_kv, capacity, D]`) at `pos`, and returns the whole cache for attention, which
+    /// reads each KV head for its group of query heads.
+    fn cache(&mut self, name: &str, x: ValueId, pos: ValueId, (hkv, hd): (usize, usize), capacity: usize) -> Result<ValueId> {
+        let x = self.g.reshape(x, &[1, -1, hkv as i64, hd as i64])?;
         let x = self.g.transpose(x, &[0, 2, 1, 3])?;
-        let cache = self.param(name, Tensor::zeros(DType::F32, &[1, heads, capacity, hd]));
+        let cache = self.param(name, Tensor::zeros(DType::F32, &[1, hkv, capacity, hd]));
         Ok(self.g.kv_append_at(cache, x, pos, 2)?)
     }
 

@@ -21,10 +21,12 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
 
 /// `dQ, dK, dV` from `AttentionBackward{wrt}` for a single wanted operand, else from
 /// `AttentionBackwardAll` (scores and softmax recomputed once). The backward kinds know no
-/// `score_scale`, softcap or `v_head_dim`, and give no bias gradient (OPS.md §7): with any
-/// of those the VJP is taken through the decomposition. A Custom mask gets none.
+/// `score_scale`, softcap, `v_head_dim` or grouped KV heads, and give no bias gradient (OPS.md
+/// §7): with any of those the VJP is taken through the decomposition (whose KV repeat sums each
+/// group's gradients). A Custom mask gets none.
 fn attention(a: &Attention, op: &Op, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
-    let plain = a.score_scale.is_none() && a.attn_logit_softcap.is_none() && a.v_head_dim.is_none_or(|d| d == a.head_dim);
+    let grouped = a.kv_heads(v.g.ty(v.inputs[1])) != a.num_heads;
+    let plain = !grouped && a.score_scale.is_none() && a.attn_logit_softcap.is_none() && a.v_head_dim.is_none_or(|d| d == a.head_dim);
     if !plain || (a.mask_kind == MaskKind::Bias && v.wants(3)) {
         return through_decomposition(op, v);
     }

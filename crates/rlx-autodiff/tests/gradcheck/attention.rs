@@ -100,6 +100,19 @@ pub const CASES: &[Case] = &[
         tol: F64,
     },
     Case {
+        name: "grouped KV heads (4 query heads, 2 KV heads; 4 over 1), through the decomposition",
+        src: r#"%0 = Input(name:"q",ty:(dtype:F64,shape:[2,3,8]))()
+            %1 = Input(name:"k",ty:(dtype:F64,shape:[2,5,4]))()
+            %2 = Input(name:"v",ty:(dtype:F64,shape:[2,5,4]))()
+            %3 = Attention(num_heads:4,head_dim:2,v_head_dim:None,mask_kind:Causal,score_scale:None,attn_logit_softcap:None)(%0, %1, %2)
+            %4 = Input(name:"q4",ty:(dtype:F64,shape:[1,4,3,2]))()
+            %5 = Input(name:"k4",ty:(dtype:F64,shape:[1,1,4,2]))()
+            %6 = Attention(num_heads:4,head_dim:2,v_head_dim:None,mask_kind:None,score_scale:None,attn_logit_softcap:None)(%4, %5, %5)
+            return %3, %6"#,
+        domains: &[],
+        tol: F64,
+    },
+    Case {
         name: "rotary embeddings: both styles, partial rotary, every layout and table form",
         src: r#"%0 = Input(name:"x",ty:(dtype:F64,shape:[2,3,8]))()
             %1 = Input(name:"positions",ty:(dtype:I64,shape:[3,2]))()

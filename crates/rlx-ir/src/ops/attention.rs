@@ -3,7 +3,10 @@
 //!
 //! Layouts: rank 4 is head-major `[B, H, S, D]`; rank 3 is `[B, S, H·D]` with head `h` at
 //! columns `[h·D, (h+1)·D)`; rank 2 is `[S, H·D]` (one batch item). K and V carry `num_heads`
-//! heads: GQA/MQA builders repeat KV heads consecutively before the op.
+//! heads or, for GQA/MQA, fewer (`H_kv` dividing `H`, read from their shapes as torch SDPA's
+//! `enable_gqa` does): query head `h` reads KV head `⌊h / (H / H_kv)⌋`, the same result as
+//! OPS.md's consecutive repeat of KV heads before the op, without the copies. The backward kinds
+//! take `num_heads` KV heads only; grouped attention differentiates through its decomposition.
 
 mod rope;
 pub use rope::*;
@@ -60,6 +63,23 @@ impl Attention {
     /// The logit scale actually applied.
     pub fn scale(&self) -> f32 {
         self.score_scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
+    }
+
+    /// The KV heads of a key operand of type `k` (`num_heads` unless grouped); meaningful once
+    /// the node's inputs have passed inference.
+    pub fn kv_heads(&self, k: &TensorType) -> usize {
+        kv_heads_of(self.num_heads, self.head_dim, k)
+    }
+}
+
+/// The KV heads a key operand `k` carries: dim 1 of `[B, H_kv, S, D]`, else its last dim over
+/// `head_dim` (`num_heads` when that is not static).
+pub fn kv_heads_of(num_heads: usize, head_dim: usize, k: &TensorType) -> usize {
+    let at = if k.rank() == 4 { 1 } else { k.rank().saturating_sub(1) };
+    match k.shape.0.get(at).and_then(Dim::as_static) {
+        Some(n) if k.rank() == 4 => n,
+        Some(w) => w / head_dim.max(1),
+        None => num_heads,
     }
 }
 
@@ -133,8 +153,8 @@ fn check_heads(num_heads: usize, head_dim: usize, mask_kind: MaskKind) -> Result
 }
 
 /// Checks `(q, k, v)` in one of the three layouts and returns the output type, whose per-head
-/// width is `v_dim`.
-fn check_qkv(num_heads: usize, head_dim: usize, v_dim: usize, qkv: &[TensorType]) -> Result<TensorType, String> {
+/// width is `v_dim`. K and V carry `num_heads` heads or, when `grouped`, a divisor of it.
+fn check_qkv(num_heads: usize, head_dim: usize, v_dim: usize, grouped: bool, qkv: &[TensorType]) -> Result<TensorType, String> {
     let (q, k, v) = (&qkv[0], &qkv[1], &qkv[2]);
     if !q.dtype.is_float() {
         return Err(format!("q {q} must be a float tensor"));
@@ -148,20 +168,31 @@ fn check_qkv(num_heads: usize, head_dim: usize, v_dim: usize, qkv: &[TensorType]
             return Err(format!("{name} {t} must be a {} tensor of rank {rank}, like q {q}", q.dtype));
         }
     }
-    let (qk_width, v_width, what_qk, what_v) = if rank == 4 {
-        (head_dim, v_dim, "head_dim", "v_head_dim")
-    } else {
-        (heads_times(num_heads, head_dim)?, heads_times(num_heads, v_dim)?, "num_heads × head_dim", "num_heads × v_head_dim")
-    };
     let last = rank - 1;
     let s = seq_axis(rank);
-    expect_dim("q", q, last, &Dim::Static(qk_width), what_qk)?;
-    expect_dim("k", k, last, &Dim::Static(qk_width), what_qk)?;
+    let q_width = if rank == 4 { head_dim } else { heads_times(num_heads, head_dim)? };
+    expect_dim("q", q, last, &Dim::Static(q_width), if rank == 4 { "head_dim" } else { "num_heads × head_dim" })?;
+    let kv_heads = if grouped { kv_heads_of(num_heads, head_dim, k) } else { num_heads };
+    if kv_heads == 0 || num_heads % kv_heads != 0 {
+        return Err(format!("k {k} has {kv_heads} heads of {head_dim}, which must divide num_heads {num_heads}"));
+    }
+    let (k_width, v_width, out_width) = if rank == 4 {
+        (head_dim, v_dim, v_dim)
+    } else {
+        (heads_times(kv_heads, head_dim)?, heads_times(kv_heads, v_dim)?, heads_times(num_heads, v_dim)?)
+    };
+    let (what_k, what_v) = match (rank, kv_heads == num_heads) {
+        (4, _) => ("head_dim", "v_head_dim"),
+        (_, true) => ("num_heads × head_dim", "num_heads × v_head_dim"),
+        (_, false) => ("whole KV heads of head_dim", "the KV heads of k × v_head_dim"),
+    };
+    expect_dim("k", k, last, &Dim::Static(k_width), what_k)?;
     expect_dim("v", v, last, &Dim::Static(v_width), what_v)?;
     if rank == 4 {
-        for (name, t) in [("q", q), ("k", k), ("v", v)] {
-            expect_dim(name, t, 1, &Dim::Static(num_heads), "num_heads")?;
-        }
+        expect_dim("q", q, 1, &Dim::Static(num_heads), "num_heads")?;
+        let what = if kv_heads == num_heads { "num_heads" } else { "the KV heads of k" };
+        expect_dim("k", k, 1, &Dim::Static(kv_heads), what)?;
+        expect_dim("v", v, 1, &Dim::Static(kv_heads), what)?;
     }
     if rank >= 3 {
         expect_dim("k", k, 0, q.shape.dim(0), "the batch of q")?;
@@ -169,7 +200,7 @@ fn check_qkv(num_heads: usize, head_dim: usize, v_dim: usize, qkv: &[TensorType]
     }
     expect_dim("v", v, s, k.shape.dim(s), "the key length of k")?;
     let mut out = q.shape.clone();
-    out.0[last] = Dim::Static(v_width);
+    out.0[last] = Dim::Static(out_width);
     Ok(TensorType::new(q.dtype, out))
 }
 
@@ -214,7 +245,7 @@ impl OpDef for Attention {
             return Err(format!("attn_logit_softcap must be finite and positive, got {c}"));
         }
         let v_dim = self.v_head_dim.unwrap_or(self.head_dim);
-        let out = check_qkv(self.num_heads, self.head_dim, v_dim, inputs)?;
+        let out = check_qkv(self.num_heads, self.head_dim, v_dim, true, inputs)?;
         if self.mask_kind.takes_input() {
             check_mask(self.mask_kind, &inputs[3], &inputs[0], &inputs[1], self.num_heads)?;
         }
@@ -225,7 +256,7 @@ impl OpDef for Attention {
 /// Checks `(q, k, v, dy, mask?)` of the backward kinds; `dy` has the type of `q`.
 fn check_backward(num_heads: usize, head_dim: usize, mask_kind: MaskKind, inputs: &[TensorType]) -> Result<(), String> {
     check_heads(num_heads, head_dim, mask_kind)?;
-    let out = check_qkv(num_heads, head_dim, head_dim, inputs)?;
+    let out = check_qkv(num_heads, head_dim, head_dim, false, inputs)?;
     let dy = &inputs[3];
     if *dy != out {
         return Err(format!("the upstream gradient {dy} must have the type of the attention output {out}"));
@@ -327,6 +358,30 @@ mod tests {
         assert_eq!(g.ty(o), g.ty(q3));
         let e = g.attention(Attention::new(8, 32, MaskKind::None), q3, k3, k3, None).unwrap_err().to_string();
         assert!(e.contains("axis 2 of q f32[B, S, 512] is 512, expected 256 (num_heads × head_dim)"), "{e}");
+    }
+
+    #[test]
+    fn grouped_kv_heads_divide_the_query_heads() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["B", "9", "S", "64"]));
+        let k = g.input("k", ty(&["B", "3", "T", "64"]));
+        let o = g.attention(Attention::new(9, 64, MaskKind::Causal), q, k, k, None).unwrap();
+        assert_eq!(g.ty(o), g.ty(q));
+        assert_eq!(Attention::new(9, 64, MaskKind::Causal).kv_heads(g.ty(k)), 3);
+        let q3 = g.input("q3", ty(&["S", "576"]));
+        let k3 = g.input("k3", ty(&["T", "192"]));
+        let v3 = g.input("v3", ty(&["T", "96"]));
+        let attrs = Attention { v_head_dim: Some(32), ..Attention::new(9, 64, MaskKind::None) };
+        let o = g.attention(attrs, q3, k3, v3, None).unwrap();
+        assert_eq!(g.ty(o), &ty(&["S", "288"]));
+        let k4 = g.input("k4", ty(&["T", "256"]));
+        let e = g.attention(Attention::new(9, 64, MaskKind::None), q3, k4, k4, None).unwrap_err().to_string();
+        assert!(e.contains("has 4 heads of 64, which must divide num_heads 9"), "{e}");
+        let e = g.attention(Attention::new(9, 64, MaskKind::None), q3, k3, k4, None).unwrap_err().to_string();
+        assert!(e.contains("is 256, expected 192 (the KV heads of k × v_head_dim)"), "{e}");
+        let attrs = AttentionBackward { num_heads: 9, head_dim: 64, mask_kind: MaskKind::None, wrt: AttentionBwdWrt::Key };
+        let e = g.attention_backward(attrs, q3, k3, k3, q3, None).unwrap_err().to_string();
+        assert!(e.contains("expected 576 (num_heads × head_dim)"), "{e}");
     }
 
     #[test]

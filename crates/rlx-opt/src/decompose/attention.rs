@@ -81,6 +81,20 @@ fn to_heads(g: &mut Graph, x: ValueId, heads: usize) -> R {
     g.transpose(split, &[0, 2, 1, 3])
 }
 
+/// K or V as head-major `[B, H, S, D]`: its `H_kv` heads each repeated consecutively for the
+/// `H / H_kv` query heads that read it (OPS.md's GQA repeat; the identity when not grouped).
+fn to_query_heads(g: &mut Graph, x: ValueId, kv_heads: usize, heads: usize) -> R {
+    let x = to_heads(g, x, kv_heads)?;
+    if kv_heads == heads {
+        return Ok(x);
+    }
+    let d = g.ty(x).shape.dims().to_vec();
+    let (b, s, w) = (d[0].clone(), d[2].clone(), d[3].clone());
+    let one = g.reshape_to(x, &Shape(vec![b.clone(), Dim::Static(kv_heads), Dim::Static(1), s.clone(), w.clone()]))?;
+    let wide = g.expand_to(one, &Shape(vec![b.clone(), Dim::Static(kv_heads), Dim::Static(heads / kv_heads), s.clone(), w.clone()]))?;
+    g.reshape_to(wide, &Shape(vec![b, Dim::Static(heads), s, w]))
+}
+
 /// A head-major `[B, H, S, D]` result back in the layout of `like` (rank 4, 3 or 2).
 fn from_heads(g: &mut Graph, y: ValueId, like: &TensorType) -> R {
     if like.rank() == 4 {
@@ -201,7 +215,9 @@ fn attention(g: &mut Graph, a: &Attention, x: &[ValueId]) -> R {
     let (qt, kt) = (g.ty(x[0]).clone(), g.ty(x[1]).clone());
     let keep = keep_mask(g, a.mask_kind, x.get(3).copied(), &qt, &kt)?;
     let bias = if a.mask_kind == MaskKind::Bias { Some(x[3]) } else { None };
-    let (q, k, v) = (to_heads(g, x[0], a.num_heads)?, to_heads(g, x[1], a.num_heads)?, to_heads(g, x[2], a.num_heads)?);
+    let kv_heads = a.kv_heads(&kt);
+    let q = to_heads(g, x[0], a.num_heads)?;
+    let (k, v) = (to_query_heads(g, x[1], kv_heads, a.num_heads)?, to_query_heads(g, x[2], kv_heads, a.num_heads)?);
     let scale = a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from);
     let p = weights(g, q, k, scale, a.attn_logit_softcap, bias, keep)?;
     let o = g.matmul(p, v)?;

@@ -314,7 +314,11 @@ fn head_block<T: Real>(
 
 /// The operand layouts `(q, k, v, out)`, masking and logit transform of one node.
 fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Heads, Heads, Heads), Masking<T>, Logits<T>) {
-    let layouts = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, a.num_heads), Heads::of(ins[2].dims, a.num_heads), Heads::of(out_dims, a.num_heads));
+    let kv = match *ins[1].dims {
+        [_, h, _, _] => h,
+        _ => ins[1].dims.last().map_or(a.num_heads, |w| w / a.head_dim),
+    };
+    let layouts = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, kv), Heads::of(ins[2].dims, kv), Heads::of(out_dims, a.num_heads));
     let (lq, lk) = (layouts.0, layouts.1);
     let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), lq.batch, a.num_heads, lq.seq, lk.seq);
     // The default scale in f64 (`Attention::scale` rounds it to f32).
@@ -332,7 +336,8 @@ fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
     let tasks: Vec<(usize, usize)> = (0..bsz * heads).map(|bh| (bh / heads, bh % heads)).collect();
     let work = bsz * heads * s_q * s_k * (d + dv);
     let per_head = |&(b, h): &(usize, usize)| -> Vec<(usize, Vec<T>)> {
-        let (q, k, v) = (lq.gather(xq, b, h), lk.gather(xk, b, h), lv.gather(xv, b, h));
+        let kv = h / (heads / lk.heads);
+        let (q, k, v) = (lq.gather(xq, b, h), lk.gather(xk, b, kv), lv.gather(xv, b, kv));
         let blocks: Vec<usize> = (0..s_q).step_by(Q_BLOCK).collect();
         let run = |&q0: &usize| (q0, head_block(&q, &k, &v, (d, dv), (b, h), (q0, (q0 + Q_BLOCK).min(s_q)), logits, &mask));
         if work < super::PAR_MIN {
@@ -355,7 +360,8 @@ fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
 }
 
 /// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`; any of the three
-/// layouts, `S_k ≠ S_q`, `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
+/// layouts, `S_k ≠ S_q`, grouped KV heads (read in place by each query head of their group),
+/// `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
 /// softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads × query blocks.
 /// F32 (and the half floats, widened) runs on register tiles, F64 on scalar dot products.
 pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), String> {

@@ -299,7 +299,7 @@ pub(super) fn forward(
     mask: &Masking<f32>,
     out: &mut Out,
 ) -> Result<(), String> {
-    let heads = lq.heads;
+    let (heads, group) = (lq.heads, lq.heads / lk.heads.max(1));
     let dv = lo.width;
     if dv == 0 {
         return Ok(());
@@ -311,8 +311,8 @@ pub(super) fn forward(
     let run = |&(b, h, q0): &(usize, usize, usize)| -> Result<(), String> {
         let hd = Head {
             q: head_rows(&lq, xq, (b, h), "query")?,
-            k: head_rows(&lk, xk, (b, h), "key")?,
-            v: head_rows(&lv, xv, (b, h), "value")?,
+            k: head_rows(&lk, xk, (b, h / group), "key")?,
+            v: head_rows(&lv, xv, (b, h / group), "value")?,
             seq: lv.seq,
             b,
             h,
