@@ -2,9 +2,11 @@
 encodings and decodings with them, for rlx's `BpeTokenizer::from_tokenizer_json`.
 
     /work/.anchors/venv/bin/python tools/models/spm_tokenizer_fixtures.py
-        # -> crates/rlx-models/tests/data/spm_<name>.json (tokenizer) and spm_<name>_cases.json
+        # -> crates/rlx-models/tests/data/spm_<name>.json (tokenizer) and spm_<name>_cases.json,
+        #    spm_<name>.gguf and spm_<name>_gguf_cases.json (llama, gemma)
 
-Written with tokenizers 0.23.3 (Python 3.11). Each tokenizer is trained here on the corpus
+Written with tokenizers 0.23.3, gguf 0.19.0 and llama-cpp-python 0.3.36 (Python 3.11). Each
+tokenizer is trained here on the corpus
 below (no download), then given the 256 byte tokens `<0x00>`…`<0xFF>` at ids 3–258 as
 SentencePiece vocabularies have them, and the pipeline of one family of real checkpoints:
 
@@ -20,23 +22,34 @@ SentencePiece vocabularies have them, and the pipeline of one family of real che
   `<start_of_turn>` / `<end_of_turn>` and a non-special added token `<tool>`; its merges were
   learnt across spaces (whole lines are words), so long words exercise the merge order.
 
-Each vocabulary keeps only the commonest characters (`limit_alphabet`), so accents, CJK and emoji
+Each vocabulary keeps only the 60 commonest characters of the corpus, so accents, CJK and emoji
 mostly take the byte fallback. The cases file holds, per text, the ids of `encode` (special tokens
 added by the post-processor) with added special tokens matched (`parse_special`) and with
 `encode_special_tokens` set (not matched), and `decode` of those ids with and without
 `skip_special_tokens`; plus `decode` of id lists chosen to hit the decoders' edges (lone and
 invalid byte runs, leading "▁"s, special tokens first).
+
+The llama2 and gemma vocabularies are also written as vocab-only GGUF files with
+`tokenizer.ggml.model = "llama"` (SentencePiece as llama.cpp runs it: merges chosen by
+`tokenizer.ggml.scores`, here minus the learnt order in steps of three so that ties occur; `<unk>`
+of type unknown, the others special of type control, `<tool>` user-defined, byte tokens of type
+byte; gemma without `add_space_prefix`), with llama.cpp's ids of every text (BOS added, special
+tokens parsed and not).
 """
+import collections
 import json
 import random
 from pathlib import Path
 
+import gguf
+import llama_cpp
 import tokenizers
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "crates/rlx-models/tests/data"
 LEARNED = 340
+ALPHABET = 60
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 CORPUS = """\
@@ -73,7 +86,9 @@ def train(normalizer, pre_tokenizer):
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
-    trainer = trainers.BpeTrainer(vocab_size=LEARNED, limit_alphabet=60, show_progress=False)
+    counts = collections.Counter(CORPUS.replace(" ", "▁"))
+    alphabet = sorted(counts, key=lambda c: (-counts[c], c))[:ALPHABET]
+    trainer = trainers.BpeTrainer(vocab_size=LEARNED, initial_alphabet=alphabet, limit_alphabet=ALPHABET, show_progress=False)
     tok.train_from_iterator(CORPUS.splitlines(keepends=True) * 2, trainer)
     model = json.loads(tok.to_str())["model"]
     return model["vocab"], model["merges"]
@@ -208,6 +223,59 @@ def cases(name, tok):
     return {"tokenizers": tokenizers.__version__, "texts": out, "decodes": decodes}
 
 
+def write_gguf(name, tok):
+    """`tok`'s vocabulary as a vocab-only SentencePiece GGUF; returns its path."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    tokens = sorted(vocab, key=vocab.get)
+    special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    first_learned = 4 + len(BYTES) if name == "gemma" else 3 + len(BYTES)
+    types, scores = [], []
+    for i, t in enumerate(tokens):
+        kind = gguf.TokenType.NORMAL
+        if t == "<unk>":
+            kind = gguf.TokenType.UNKNOWN
+        elif t in special:
+            kind = gguf.TokenType.CONTROL
+        elif t == "<tool>":
+            kind = gguf.TokenType.USER_DEFINED
+        elif t in BYTES:
+            kind = gguf.TokenType.BYTE
+        types.append(kind)
+        scores.append(0.0 if i < first_learned else -float((i - first_learned) // 3))
+    path = OUT / f"spm_{name}.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(16)
+    w.add_head_count(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(vocab["<bos>" if name == "gemma" else "<s>"])
+    w.add_eos_token_id(vocab["<eos>" if name == "gemma" else "</s>"])
+    w.add_add_space_prefix(name != "gemma")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def gguf_cases(name, path):
+    """llama.cpp's ids of every text, BOS added, with special tokens parsed and not."""
+    model = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    start, end = ("<start_of_turn>", "<end_of_turn>") if name == "gemma" else ("<s>", "</s>")
+    texts = [t.format(start=start, end=end) for t in TEXTS] + ["<tool> and <unk>"]
+    out = [
+        {"text": t, "special": model.tokenize(t.encode(), add_bos=True, special=True), "plain": model.tokenize(t.encode(), add_bos=True, special=False)}
+        for t in texts
+    ]
+    return {"llama_cpp": llama_cpp.__version__, "texts": out}
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     for name in ["llama2", "metaspace", "metaspace_split", "gemma"]:
@@ -215,6 +283,11 @@ def main():
         tok.save(str(OUT / f"spm_{name}.json"))
         (OUT / f"spm_{name}_cases.json").write_text(json.dumps(cases(name, tok), ensure_ascii=False, indent=1) + "\n")
         print(name, tok.get_vocab_size(), "tokens")
+        if name in ("llama2", "gemma"):
+            if name == "llama2":
+                tok.add_tokens([AddedToken("<tool>", special=False, normalized=False)])
+            path = write_gguf(name, tok)
+            (OUT / f"spm_{name}_gguf_cases.json").write_text(json.dumps(gguf_cases(name, path), ensure_ascii=False, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-//! BPE tokenizers of two kinds, sharing special-token splitting, merging and the API:
+//! BPE tokenizers of three kinds, sharing added-token splitting, merging and the API:
 //!
 //! - byte-level (GPT-2 style), as llama.cpp runs it for GGUF files whose `tokenizer.ggml.model`
 //!   is `gpt2` and as Hugging Face `tokenizers` runs a byte-level tokenizer.json: words' bytes
@@ -6,9 +6,13 @@
 //! - SentencePiece-style (`byte_fallback`, Llama 2, Mistral, Gemma) from a tokenizer.json:
 //!   spaces are written `▁` by the normalizer or a Metaspace pre-tokenizer, each character that
 //!   is no token becomes its UTF-8 bytes as `<0xNN>` tokens, and decoding runs the file's
-//!   decoder chain ([`stages`]).
+//!   decoder chain ([`stages`]);
+//! - SentencePiece as llama.cpp runs it for GGUF files whose `tokenizer.ggml.model` is `llama`:
+//!   no merge list, but any two adjacent symbols whose join is a token merge, the join with the
+//!   best `tokenizer.ggml.scores` entry first; what stays outside the vocabulary becomes byte
+//!   tokens.
 //!
-//! Either way: text → added-token split → normalizers → pre-tokenizers → words → symbols merged
+//! In each: text → added-token split → normalizers → pre-tokenizers → words → symbols merged
 //! by rank → ids.
 
 mod stages;
@@ -23,6 +27,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 /// ggml's token types (`tokenizer.ggml.token_type`).
+const TYPE_UNKNOWN: i32 = 2;
 const TYPE_CONTROL: i32 = 3;
 const TYPE_USER_DEFINED: i32 = 4;
 
@@ -33,7 +38,7 @@ const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}
 pub struct BpeTokenizer {
     tokens: Vec<String>,
     ids: HashMap<String, u32>,
-    /// Merge rank by left symbol, then right symbol.
+    /// Merge-list rank by left symbol, then right symbol (empty for [`Symbols::Scored`]).
     ranks: HashMap<String, HashMap<String, usize>>,
     /// Added tokens matched in the text as given.
     specials: AddedTokens,
@@ -58,18 +63,40 @@ pub struct BpeTokenizer {
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Model,
-    /// Matched verbatim in text (user-defined), always.
+    /// User-defined: matched verbatim in text whether or not specials are parsed.
     Added,
     /// Matched verbatim only when specials are parsed; left out of decoded text unless asked for.
     Control,
 }
 
-/// How a word becomes the symbols merging starts from.
-enum Symbols {
-    /// Each byte as its GPT-2 printable character.
+/// How a word becomes the symbols merging starts from, and how they merge.
+pub(crate) enum Symbols {
+    /// Each byte as its GPT-2 printable character; merges by the merge list.
     ByteLevel { byte_char: Box<[char; 256]>, char_byte: HashMap<char, u8> },
-    /// Each character that is a token as itself, any other as its bytes' `<0xNN>` tokens.
+    /// Each character that is a token as itself, any other as its bytes' `<0xNN>` tokens;
+    /// merges by the merge list.
     ByteFallback,
+    /// Each character; two symbols merge when their join is a token, ranked per token id
+    /// (equal scores, equal ranks); symbols left outside the vocabulary become byte tokens.
+    Scored { ranks: Vec<usize> },
+}
+
+impl Symbols {
+    /// GPT-2's byte map, both ways.
+    pub(crate) fn byte_level() -> Symbols {
+        let byte_char = byte_chars();
+        let char_byte = byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+        Symbols::ByteLevel { byte_char: Box::new(byte_char), char_byte }
+    }
+
+    /// Ranks from SentencePiece scores: higher scores merge first.
+    pub(crate) fn scored(scores: &[f32]) -> Symbols {
+        let mut distinct = scores.to_vec();
+        distinct.sort_by(|a, b| b.total_cmp(a));
+        distinct.dedup_by(|a, b| a.total_cmp(b).is_eq());
+        let ranks = scores.iter().map(|s| distinct.partition_point(|d| d.total_cmp(s).is_gt())).collect();
+        Symbols::Scored { ranks }
+    }
 }
 
 /// How `decode` makes text of token ids.
@@ -97,8 +124,7 @@ pub(crate) struct BpeParts {
     pub normalizers: Vec<Normalizer>,
     pub pre: Vec<PreTokenizer>,
     pub ignore_merges: bool,
-    /// SentencePiece-style symbols (`<0xNN>` byte tokens) instead of byte-level ones.
-    pub byte_fallback: bool,
+    pub symbols: Symbols,
     pub decoding: Decoding,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
@@ -155,6 +181,26 @@ fn strings<'a>(gguf: &'a GgufFile, key: &str) -> Result<&'a [String]> {
 
 fn optional_id(gguf: &GgufFile, key: &str) -> Option<u32> {
     gguf.get(key).and_then(GgufValue::as_u64).and_then(|v| u32::try_from(v).ok())
+}
+
+/// `tokenizer.ggml.merges` as pairs.
+fn gpt2_merges(gguf: &GgufFile) -> Result<Vec<(String, String)>> {
+    strings(gguf, "tokenizer.ggml.merges")?
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| ModelError::metadata(gguf, "tokenizer.ggml.merges", &format!("`left right` pairs, entry {rank} is `{m}`")))
+        })
+        .collect()
+}
+
+/// The pre-tokenizer `tokenizer.ggml.pre` names.
+fn gpt2_pre(gguf: &GgufFile) -> Result<Vec<PreTokenizer>> {
+    let name = gguf.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
+    let regexes = pre_regexes(name).ok_or_else(|| ModelError::Unsupported(format!("{}: pre-tokenizer `{name}` is not known", gguf.path().display())))?;
+    regexes.into_iter().map(isolating).collect()
 }
 
 /// A piece of text between added tokens, or an added token's id.
@@ -214,49 +260,62 @@ impl AddedTokens {
 }
 
 impl BpeTokenizer {
-    /// Reads vocabulary, merges, token types and special ids from `tokenizer.ggml.*`.
+    /// Reads vocabulary, merges or scores, token types and special ids from `tokenizer.ggml.*`:
+    /// model `gpt2` (byte-level BPE) or `llama` (SentencePiece, which llama.cpp starts each
+    /// text between special tokens with a space unless `add_space_prefix` is false; decoding
+    /// drops that space at the start, as Llama 2's tokenizer.json does).
     pub fn from_gguf(gguf: &GgufFile) -> Result<BpeTokenizer> {
-        let model = gguf.get("tokenizer.ggml.model").and_then(GgufValue::as_str).unwrap_or("");
-        if model != "gpt2" {
-            return Err(ModelError::Unsupported(format!(
-                "{}: tokenizer.ggml.model is `{model}`; only byte-level BPE (`gpt2`) is implemented",
-                gguf.path().display()
-            )));
-        }
         let tokens = strings(gguf, "tokenizer.ggml.tokens")?.to_vec();
-        let merges = strings(gguf, "tokenizer.ggml.merges")?;
         let types: Vec<i32> = match gguf.get("tokenizer.ggml.token_type").and_then(GgufValue::as_array) {
             Some(rlx_io::gguf::GgufArray::I32(v)) if v.len() == tokens.len() => v.clone(),
             None => vec![1; tokens.len()],
             Some(_) => return Err(ModelError::metadata(gguf, "tokenizer.ggml.token_type", "one i32 per token")),
         };
-        let pre_name = gguf.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
-        let pre = pre_regexes(pre_name)
-            .ok_or_else(|| ModelError::Unsupported(format!("{}: pre-tokenizer `{pre_name}` is not known", gguf.path().display())))?;
-        let merges = merges
-            .iter()
-            .enumerate()
-            .map(|(rank, m)| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .ok_or_else(|| ModelError::metadata(gguf, "tokenizer.ggml.merges", &format!("`left right` pairs, entry {rank} is `{m}`")))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let model = gguf.get("tokenizer.ggml.model").and_then(GgufValue::as_str).unwrap_or("");
+        let (merges, symbols, normalizers, pre, decoding, add_bos) = match model {
+            "gpt2" => (gpt2_merges(gguf)?, Symbols::byte_level(), Vec::new(), gpt2_pre(gguf)?, Decoding::Bytes, false),
+            "llama" => {
+                let scores = match gguf.get("tokenizer.ggml.scores").and_then(GgufValue::as_array) {
+                    Some(rlx_io::gguf::GgufArray::F32(v)) if v.len() == tokens.len() => Symbols::scored(v),
+                    _ => return Err(ModelError::metadata(gguf, "tokenizer.ggml.scores", "one f32 per token")),
+                };
+                let space = Normalizer::Replace { from: " ".into(), to: METASPACE.to_string() };
+                let mut decoder = vec![Decoder::Replace { from: METASPACE.to_string(), to: " ".into() }, Decoder::ByteFallback, Decoder::Fuse];
+                let normalizers = if gguf.get("tokenizer.ggml.add_space_prefix").and_then(GgufValue::as_bool).unwrap_or(true) {
+                    decoder.push(Decoder::Strip { content: ' ', start: 1, stop: 0 });
+                    vec![Normalizer::Prepend(METASPACE.to_string()), space]
+                } else {
+                    vec![space]
+                };
+                (Vec::new(), scores, normalizers, Vec::new(), Decoding::Chain(decoder), true)
+            }
+            _ => {
+                return Err(ModelError::Unsupported(format!(
+                    "{}: tokenizer.ggml.model is `{model}`; byte-level BPE (`gpt2`) and SentencePiece (`llama`) are implemented",
+                    gguf.path().display()
+                )))
+            }
+        };
+        let special = |t: i32| matches!(t, TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN);
         BpeTokenizer::from_parts(BpeParts {
-            specials: (0..tokens.len() as u32).filter(|&i| matches!(types[i as usize], TYPE_CONTROL | TYPE_USER_DEFINED)).collect(),
+            specials: (0..tokens.len() as u32).filter(|&i| special(types[i as usize])).collect(),
             normalized_specials: Vec::new(),
-            is_control: types.iter().map(|&t| t == TYPE_CONTROL).collect(),
+            is_control: types.iter().map(|&t| matches!(t, TYPE_CONTROL | TYPE_UNKNOWN)).collect(),
             tokens,
             merges,
-            normalizers: Vec::new(),
-            pre: pre.into_iter().map(isolating).collect::<Result<_>>()?,
+            normalizers,
+            pre,
             ignore_merges: false,
-            byte_fallback: false,
-            decoding: Decoding::Bytes,
+            symbols,
+            decoding,
             bos: optional_id(gguf, "tokenizer.ggml.bos_token_id"),
             eos: optional_id(gguf, "tokenizer.ggml.eos_token_id"),
-            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(false),
+            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(add_bos),
             chat_template: gguf.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string),
+        })
+        .map_err(|e| match e {
+            ModelError::Unsupported(m) => ModelError::Unsupported(format!("{}: {m}", gguf.path().display())),
+            e => e,
         })
     }
 
@@ -286,16 +345,9 @@ impl BpeTokenizer {
         };
         let specials = added(&p.specials, false);
         let normalized_specials = added(&p.normalized_specials, true);
-        let symbols = if p.byte_fallback {
-            if let Some(name) = missing_byte_token(&ids) {
-                return Err(ModelError::Unsupported(format!("byte-fallback vocabulary lacks the byte token {name}")));
-            }
-            Symbols::ByteFallback
-        } else {
-            let byte_char = byte_chars();
-            let char_byte = byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-            Symbols::ByteLevel { byte_char: Box::new(byte_char), char_byte }
-        };
+        if let Some(name) = missing_byte_token(&ids).filter(|_| !matches!(p.symbols, Symbols::ByteLevel { .. })) {
+            return Err(ModelError::Unsupported(format!("the vocabulary lacks the byte token {name}, which byte fallback needs")));
+        }
         Ok(BpeTokenizer {
             tokens: p.tokens,
             ids,
@@ -306,7 +358,7 @@ impl BpeTokenizer {
             normalizers: p.normalizers,
             pre: p.pre,
             ignore_merges: p.ignore_merges,
-            symbols,
+            symbols: p.symbols,
             decoding: p.decoding,
             bos: p.bos,
             eos: p.eos,
@@ -356,10 +408,12 @@ impl BpeTokenizer {
         out
     }
 
-    /// One pre-tokenized word: its symbols merged, then their ids. A merged symbol outside the
-    /// vocabulary (possible in GGUF files) falls back to its characters' ids.
+    /// One pre-tokenized word: its symbols merged, then their ids. A symbol outside the
+    /// vocabulary falls back to its characters' ids (byte-level: a merge whose join is no
+    /// token, possible in GGUF files) or to its bytes' tokens (SentencePiece).
     fn encode_word(&self, word: &str, out: &mut Vec<u32>) {
         let symbols: Vec<String> = match &self.symbols {
+            Symbols::Scored { .. } => word.chars().map(String::from).collect(),
             Symbols::ByteLevel { byte_char, .. } => word.bytes().map(|b| byte_char[b as usize].to_string()).collect(),
             Symbols::ByteFallback => word
                 .chars()
@@ -376,7 +430,7 @@ impl BpeTokenizer {
         if self.ignore_merges {
             let whole = match self.symbols {
                 Symbols::ByteLevel { .. } => symbols.concat(),
-                Symbols::ByteFallback => word.to_string(),
+                Symbols::ByteFallback | Symbols::Scored { .. } => word.to_string(),
             };
             if let Some(&id) = self.ids.get(&whole) {
                 out.push(id);
@@ -384,10 +438,26 @@ impl BpeTokenizer {
             }
         }
         for s in self.merge(symbols) {
-            match self.ids.get(&s) {
-                Some(&id) => out.push(id),
-                None => out.extend(s.chars().filter_map(|c| self.ids.get(&c.to_string()).copied())),
+            match (self.ids.get(&s), &self.symbols) {
+                (Some(&id), _) => out.push(id),
+                (None, Symbols::ByteLevel { .. }) => out.extend(s.chars().filter_map(|c| self.ids.get(&c.to_string()).copied())),
+                (None, _) => out.extend(s.bytes().filter_map(|b| self.byte_id(b))),
             }
+        }
+    }
+
+    /// The token of byte `b`: `<0xNN>`, or for ASCII the character itself where that token is
+    /// missing (as llama.cpp looks it up).
+    fn byte_id(&self, b: u8) -> Option<u32> {
+        let id = self.ids.get(&byte_token_name(b));
+        id.or_else(|| self.ids.get(&char::from(b).to_string()).filter(|_| b.is_ascii())).copied()
+    }
+
+    /// The merge rank of adjacent symbols `a` and `b`, if they merge.
+    fn rank(&self, a: &str, b: &str) -> Option<usize> {
+        match &self.symbols {
+            Symbols::Scored { ranks } => self.ids.get(&[a, b].concat()).and_then(|&id| ranks.get(id as usize)).copied(),
+            _ => self.ranks.get(a).and_then(|m| m.get(b)).copied(),
         }
     }
 
@@ -396,7 +466,7 @@ impl BpeTokenizer {
     /// changed them.
     fn merge(&self, mut symbols: Vec<String>) -> Vec<String> {
         let n = symbols.len();
-        let rank = |symbols: &[String], i: usize, j: usize| self.ranks.get(&symbols[i]).and_then(|m| m.get(&symbols[j])).copied();
+        let rank = |symbols: &[String], i: usize, j: usize| self.rank(&symbols[i], &symbols[j]);
         let mut next: Vec<usize> = (1..=n).collect();
         let mut prev: Vec<Option<usize>> = (0..n).map(|i| i.checked_sub(1)).collect();
         let mut queue: BinaryHeap<Reverse<(usize, usize)>> = (1..n).filter_map(|j| rank(&symbols, j - 1, j).map(|r| Reverse((r, j - 1)))).collect();
@@ -432,7 +502,7 @@ impl BpeTokenizer {
             Kind::Control | Kind::Added => text.as_bytes().to_vec(),
             Kind::Model => match &self.symbols {
                 Symbols::ByteLevel { char_byte, .. } => text.chars().map(|c| char_byte.get(&c).copied().unwrap_or(b'?')).collect(),
-                Symbols::ByteFallback => match byte_token(text) {
+                Symbols::ByteFallback | Symbols::Scored { .. } => match byte_token(text) {
                     Some(b) => vec![b],
                     None => text.replace(METASPACE, " ").into_bytes(),
                 },
@@ -497,7 +567,7 @@ mod tests {
             normalizers: vec![Normalizer::Replace { from: " ".into(), to: "▁".into() }],
             pre: Vec::new(),
             ignore_merges: false,
-            byte_fallback: true,
+            symbols: Symbols::ByteFallback,
             decoding: Decoding::Chain(vec![Decoder::Replace { from: "▁".into(), to: " ".into() }, Decoder::ByteFallback, Decoder::Fuse]),
             bos: None,
             eos: None,
@@ -528,6 +598,12 @@ mod tests {
     }
 
     #[test]
+    fn equal_scores_share_a_rank_and_higher_scores_merge_first() {
+        let Symbols::Scored { ranks } = Symbols::scored(&[0.0, -2.0, -1.0, -2.0, 3.0]) else { unreachable!() };
+        assert_eq!(ranks, [1, 3, 2, 3, 0]);
+    }
+
+    #[test]
     fn a_vocabulary_without_byte_tokens_is_refused() {
         let tokens = vec!["a".to_string(), "<0x00>".to_string()];
         let err = BpeTokenizer::from_parts(BpeParts {
@@ -539,7 +615,7 @@ mod tests {
             normalizers: Vec::new(),
             pre: Vec::new(),
             ignore_merges: false,
-            byte_fallback: true,
+            symbols: Symbols::ByteFallback,
             decoding: Decoding::Spaced,
             bos: None,
             eos: None,

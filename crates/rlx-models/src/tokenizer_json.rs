@@ -6,7 +6,7 @@
 //! a [`BpeTokenizer`], the same core GGUF metadata feeds. Other models and stages are refused by
 //! name.
 
-use crate::bpe::{self, Behavior, BpeParts, BpeTokenizer, Decoder, Decoding, Normalizer, PreTokenizer, PrependScheme};
+use crate::bpe::{self, Behavior, BpeParts, BpeTokenizer, Decoder, Decoding, Normalizer, PreTokenizer, PrependScheme, Symbols};
 use crate::error::{ModelError, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -166,7 +166,7 @@ fn parts(r: &Reader, json: &Value) -> Result<BpeParts> {
         normalizers,
         pre,
         ignore_merges: r.flag(model, "ignore_merges", false)?,
-        byte_fallback,
+        symbols: if byte_fallback { Symbols::ByteFallback } else { Symbols::byte_level() },
         decoding,
         bos,
         eos: None,

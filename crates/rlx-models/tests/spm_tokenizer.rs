@@ -1,8 +1,9 @@
 //! SentencePiece-style (byte-fallback) BPE from tokenizer.json against the `tokenizers`
 //! package: ids of every text with special tokens parsed and not, and the decoded text of those
-//! ids and of chosen id lists, with and without special tokens (fixtures:
-//! `tools/models/spm_tokenizer_fixtures.py`).
+//! ids and of chosen id lists, with and without special tokens; and the same vocabularies as
+//! `llama` GGUF files against llama.cpp's ids (fixtures: `tools/models/spm_tokenizer_fixtures.py`).
 
+use rlx_io::GgufFile;
 use rlx_models::bpe::BpeTokenizer;
 use rlx_models::ModelError;
 use serde_json::Value;
@@ -108,4 +109,24 @@ fn malformed_files_are_refused_by_name() {
     assert!(matches!(&err, Err(ModelError::Unsupported(m)) if m.contains("decoder `WordPiece`")), "{:?}", err.err());
     let err = edited("merges.json", |j| j["model"]["merges"][0] = serde_json::json!(["▁", "no such token"]));
     assert!(matches!(&err, Err(ModelError::Metadata { key, .. }) if key == "model.merges"), "{:?}", err.err());
+}
+
+#[test]
+fn gguf_sentencepiece_ids_match_llama_cpp() {
+    for name in ["llama2", "gemma"] {
+        let tok = BpeTokenizer::from_gguf(&GgufFile::open(data(&format!("spm_{name}.gguf"))).unwrap()).unwrap();
+        assert!(tok.add_bos);
+        let fx = cases(&format!("{name}_gguf"));
+        let texts = fx["texts"].as_array().unwrap();
+        assert!(texts.len() >= 20);
+        for c in texts {
+            let text = c["text"].as_str().unwrap();
+            assert_eq!(tok.encode(text, true), ids(&c["special"]), "{name}: {text:?}");
+            let plain = tok.encode(text, false);
+            assert_eq!(plain, ids(&c["plain"]), "{name}: {text:?} (specials not parsed)");
+            if !text.contains(['<', '▁']) {
+                assert_eq!(tok.decode(&plain, false), text, "{name}: decoding {text:?}");
+            }
+        }
+    }
 }
