@@ -325,12 +325,12 @@ fn product<A: Element, B: Element>(
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
             let panels = &mut packed_a[..m.div_ceil(tile.mr) * tile.mr * kc];
-            let pack = |(i, panel): (usize, &mut [f32])| {
-                if in_place.is_none() || (i + 1) * tile.mr > m {
-                    pack_a(&a, i * tile.mr, p0, tile.mr, panel)
-                }
-            };
-            if threads > 1 {
+            let pack = |(i, panel): (usize, &mut [f32])| pack_a(&a, i * tile.mr, p0, tile.mr, panel);
+            if in_place.is_some() {
+                // Only a partial last panel is packed: no fork for it.
+                let full = m / tile.mr;
+                panels.chunks_mut(tile.mr * kc).enumerate().skip(full).for_each(pack);
+            } else if threads > 1 {
                 panels.par_chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             } else {
                 panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
