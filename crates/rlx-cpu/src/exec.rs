@@ -473,13 +473,14 @@ impl Executable for CpuExecutable {
         Ok(())
     }
 
-    /// Runs the whole schedule on one of rayon's worker threads: a kernel that splits its work
-    /// then joins inside the pool, instead of waking a worker and sleeping on a lock once per
-    /// kernel call (measured: a quarter of a decode step went to those hand-offs).
+    /// Runs the whole schedule on one of rayon's worker threads, the others spinning for its
+    /// jobs ([`crate::awake`]): a kernel splits its work and joins inside the pool instead of
+    /// waking a worker and sleeping on a lock once per kernel call (measured: a quarter of a
+    /// decode step went to those hand-offs).
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
         let (plans, graph, params, packed) = (&mut self.plans, &self.graph, &mut self.params, &mut self.packed);
         let (profiling, epoch) = (self.profiling, self.epoch);
-        rayon::scope(|_| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs, profiling, epoch))
+        crate::awake::run(|| plan_for(plans, graph, inputs, bindings)?.run(params, packed, inputs, profiling, epoch))
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {
