@@ -6,7 +6,8 @@ For each thread count and round, every shape runs once in rlx (the bench binary
 NumPy (`np.matmul` into a preallocated output, OpenBLAS pinned to the same number of
 threads with threadpoolctl), alternating; after each NumPy run the script pauses (`--pause`)
 so that OpenBLAS's worker threads, which spin for a while after a call, are idle again before
-rlx runs on the same cores. Prints per shape and thread count the median over
+rlx runs on the same cores. Each side warms up for at least 0.3 s before its timed calls: a
+core left idle runs the first ~100 ms of a two-thread product at about one thread's speed. Prints per shape and thread count the median over
 rounds of each side's median GFLOP/s (2*M*K*N flops per call), the speed ratio
 rlx / OpenBLAS (above 1: rlx is faster) and each side's share of the FMA peak, which the
 bench binary measures first per thread count (`--peak`: the best of many short runs of
@@ -67,7 +68,7 @@ def peak_gflops(exe, threads, reps=60):
     return max(json.loads(line)["gflops"] for line in out.strip().splitlines())
 
 
-def numpy_gflops(shape, threads, reps, warmup=3):
+def numpy_gflops(shape, threads, reps, warmup=3, warm_s=0.3):
     m, k, n = shape
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
@@ -75,11 +76,14 @@ def numpy_gflops(shape, threads, reps, warmup=3):
     c = np.empty((m, n), np.float32)
     times = []
     with threadpool_limits(limits=threads, user_api="blas"):
-        for i in range(warmup + reps):
+        start = time.perf_counter()
+        while warmup > 0 or time.perf_counter() - start < warm_s:
+            np.matmul(a, b, out=c)
+            warmup -= 1
+        for _ in range(reps):
             t = time.perf_counter()
             np.matmul(a, b, out=c)
-            if i >= warmup:
-                times.append(time.perf_counter() - t)
+            times.append(time.perf_counter() - t)
     return 2 * m * k * n / statistics.median(times) / 1e9
 
 

@@ -1,6 +1,7 @@
 //! rlx side of the f32 GEMM benchmark: `MatMul` of row-major `[m, k] × [k, n]` through the
-//! CPU backend's kernel entry point, timed per call after a warm-up; prints one JSON line per
-//! shape with the median time and GFLOP/s (2·m·k·n flops per call).
+//! CPU backend's kernel entry point, timed per call after a warm-up (at least `WARM_UP`), with
+//! the pool's workers kept awake as during a compiled graph's run (`rlx_cpu::awake`); prints
+//! one JSON line per shape with the median time and GFLOP/s (2·m·k·n flops per call).
 //! `tools/bench/gemm.py` runs it beside NumPy's sgemm and prints ratios.
 //!
 //! `--peak` instead measures the FMA peak: a loop of independent register-only FMAs on every
@@ -81,6 +82,11 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// The least time warming up before the timed calls: a core idle just before (the pause
+/// `tools/bench/gemm.py` leaves between peers) runs the first ~100 ms of a two-thread product
+/// at about one thread's speed on the project machine.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Median seconds of one `MatMul` call at `[m, k] × [k, n]`, and with `prepacked` of one with
 /// `b` packed beforehand (the two alternating call by call).
 fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: bool) -> Result<(f64, Option<f64>), String> {
@@ -90,7 +96,15 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: boo
     let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
     let packed = prepacked.then(|| prepack(ib));
     let (mut plain, mut pre) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    for i in 0..warmup + reps {
+    let warm = Instant::now();
+    let mut warmup = warmup;
+    for i in 0.. {
+        if i == warmup && warm.elapsed() < WARM_UP {
+            warmup += 1;
+        }
+        if i == warmup + reps {
+            break;
+        }
         let ia = In { dtype: DType::F32, dims: &da, bytes: bytemuck::cast_slice(&a) };
         let mut out = Out { dtype: DType::F32, dims: &dc, bytes: bytemuck::cast_slice_mut(&mut c) };
         let t = Instant::now();
@@ -129,7 +143,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     for shape in &o.shapes {
-        let (secs, pre) = pool.install(|| time_matmul(*shape, o.reps, o.warmup, o.prepacked))?;
+        // Inside a run's context, as a compiled graph calls it: the pool's other workers spin.
+        let (secs, pre) = pool.install(|| rlx_cpu::awake::run(|| time_matmul(*shape, o.reps, o.warmup, o.prepacked)))?;
         let [m, k, n] = *shape;
         for (peer, secs) in [("rlx", Some(secs)), ("rlx-prepacked", pre)] {
             let Some(secs) = secs else { continue };

@@ -4,7 +4,7 @@
 //! [`exec::CpuExecutable`] that plans one arena per concrete input shape and runs a flat list
 //! of kernel calls ([`dispatch::run`] → `kernels::<family>`).
 
-mod awake;
+pub mod awake;
 mod custom;
 pub mod dispatch;
 pub mod exec;
