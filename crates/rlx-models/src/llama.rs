@@ -7,7 +7,9 @@
 //! One graph serves prefill and decode: it reads `tokens [S]` at positions `pos..pos+S`, writes
 //! their keys and values into per-layer f32 caches of the KV heads held as graph state
 //! (`KvAppend` on a parameter, updated in place by the backend), and attends over the cache
-//! under an additive mask, each KV head read in place by its group of query heads. Products
+//! under an additive mask, each KV head read in place by its group of query heads. Sliding
+//! layers' caches are rings of `window + RING_CHUNK − 1` slots when that is less than the
+//! capacity (their own slot input and mask; prompts are fed in chunks). Products
 //! round as llama.cpp's CPU backend does (8-bit activation blocks against the 32-value weight
 //! types).
 
@@ -47,11 +49,18 @@ pub const ROPE_SIN_LOCAL: &str = "rope_sin_local";
 pub const MASK_LOCAL: &str = "mask_local";
 /// `[1]` I64: the cache slot of the first token.
 pub const POS: &str = "pos";
+/// `[1]` I64: the slot of the first token in the sliding layers' ring caches, when they have
+/// them ([`Llama::ring`]).
+pub const POS_LOCAL: &str = "pos_local";
 /// `[R]` I64: the rows of the sequence whose logits are computed (the last one when decoding).
 pub const OUT_ROWS: &str = "out_rows";
 
 /// The additive mask value of a hidden cache slot.
 const HIDDEN: f32 = -1e9;
+
+/// The most tokens one step writes into a sliding layer's ring cache (longer prompts are fed
+/// in chunks): the ring holds the window plus this many slots less one.
+pub const RING_CHUNK: usize = 512;
 
 /// A decoder graph with its parameter values.
 pub struct Llama {
@@ -63,6 +72,11 @@ pub struct Llama {
     pub params: Vec<(String, Tensor)>,
     /// Cache slots per layer.
     pub capacity: usize,
+    /// Slots of the sliding layers' caches when those are rings smaller than `capacity`: slot
+    /// `p mod ring` holds position `p`, overwritten once the window has passed it.
+    pub ring: Option<usize>,
+    /// The most tokens a step takes when the sliding layers have rings.
+    pub chunk: usize,
 }
 
 /// What a GGUF file holds for generation: tokenizer, architecture and weights.
@@ -140,9 +154,17 @@ impl Builder<'_> {
 }
 
 impl Llama {
-    /// Builds the decoder of `config` over `weights`, with KV caches of `capacity` positions.
+    /// Builds the decoder of `config` over `weights`, with KV caches of `capacity` positions
+    /// (sliding layers: rings for steps of up to [`RING_CHUNK`] tokens, when smaller).
     pub fn build(config: &LlamaConfig, weights: &Weights, capacity: usize) -> Result<Llama> {
+        Llama::build_chunked(config, weights, capacity, RING_CHUNK)
+    }
+
+    /// [`Llama::build`] with sliding layers' rings sized for steps of up to `chunk` tokens.
+    pub fn build_chunked(config: &LlamaConfig, weights: &Weights, capacity: usize, chunk: usize) -> Result<Llama> {
         let c = config;
+        let chunk = chunk.max(1);
+        let ring = c.variant.sliding.as_ref().map(|w| w.window + chunk - 1).filter(|&r| r < capacity);
         let var = &c.variant;
         let mut b = Builder { g: Graph::new(), w: weights, params: Vec::new(), norm_plus_one: var.norm_plus_one };
         let s = Dim::sym("S");
@@ -161,7 +183,8 @@ impl Llama {
             ),
             None => (cos, sin),
         };
-        let mask_local = if local.is_some() { b.g.input(MASK_LOCAL, f32_ty(vec![s.clone(), Dim::Static(capacity)])) } else { mask };
+        let mask_local = if local.is_some() { b.g.input(MASK_LOCAL, f32_ty(vec![s.clone(), Dim::Static(ring.unwrap_or(capacity))])) } else { mask };
+        let pos_local = if ring.is_some() { b.g.input(POS_LOCAL, TensorType::new(DType::I64, Shape(vec![Dim::Static(1)]))) } else { pos };
 
         let table = weights.embedding_table("token_embd.weight")?;
         let table = b.param("token_embd.table", table);
@@ -176,6 +199,7 @@ impl Llama {
             let p = |n: &str| format!("blk.{l}.{n}");
             let slides = local.is_some_and(|w| w.layers.get(l) == Some(&true));
             let (cos, sin, mask) = if slides { (cos_local, sin_local, mask_local) } else { (cos, sin, mask) };
+            let (slot, slots) = if slides { (pos_local, ring.unwrap_or(capacity)) } else { (pos, capacity) };
             let a = b.rms_norm(&p("attn_norm.weight"), x, c.eps)?;
             let q = b.linear(&p("attn_q.weight"), a)?;
             let k = b.linear(&p("attn_k.weight"), a)?;
@@ -190,8 +214,8 @@ impl Llama {
             };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let k = b.cache(&p("k_cache"), k, pos, (hkv, hd), capacity)?;
-            let v = b.cache(&p("v_cache"), v, pos, (hkv, hd), capacity)?;
+            let k = b.cache(&p("k_cache"), k, slot, (hkv, hd), slots)?;
+            let v = b.cache(&p("v_cache"), v, slot, (hkv, hd), slots)?;
             let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
             let q = b.g.transpose(q, &[0, 2, 1, 3])?;
             let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
@@ -222,7 +246,7 @@ impl Llama {
             None => logits,
         };
         b.g.set_outputs(vec![logits])?;
-        Ok(Llama { config: c.clone(), graph: b.g, logits, params: b.params, capacity })
+        Ok(Llama { config: c.clone(), graph: b.g, logits, params: b.params, capacity, ring, chunk })
     }
 
     /// Compiles the graph on `session` and sets every parameter.
@@ -234,13 +258,30 @@ impl Llama {
         Ok(compiled)
     }
 
+    /// The most tokens a step at `pos` may take: what is left of the cache, and with ring
+    /// caches at most `chunk`, up to the ring's end.
+    pub fn step_limit(&self, pos: usize) -> usize {
+        let left = self.capacity.saturating_sub(pos);
+        match self.ring {
+            Some(r) => left.min(self.chunk).min(r - pos % r),
+            None => left,
+        }
+    }
+
     /// The inputs of one step: `tokens` at positions `pos..pos + tokens.len()` (each seeing
-    /// the cache up to itself), logits for the last `logit_rows` of them.
+    /// the cache up to itself), logits for the last `logit_rows` of them. At most
+    /// [`Llama::step_limit`] tokens.
     pub fn step_inputs(&self, tokens: &[u32], pos: usize, logit_rows: usize) -> Result<Vec<(&'static str, Tensor)>> {
         let (s, cap) = (tokens.len(), self.capacity);
         if s == 0 || pos + s > cap {
             return Err(ModelError::Generate(format!(
                 "{s} tokens at position {pos} do not fit the KV cache of {cap} positions"
+            )));
+        }
+        if s > self.step_limit(pos) {
+            return Err(ModelError::Generate(format!(
+                "{s} tokens at position {pos} overrun the sliding layers' ring caches: at most {} in this step",
+                self.step_limit(pos)
             )));
         }
         let c = &self.config;
@@ -263,12 +304,23 @@ impl Llama {
                 local.push((ROPE_COS_LOCAL, Tensor::from_vec(cos, &[s, half])?));
                 local.push((ROPE_SIN_LOCAL, Tensor::from_vec(sin, &[s, half])?));
             }
-            let mut mask = vec![HIDDEN; s * cap];
-            for (i, row) in mask.chunks_mut(cap).enumerate() {
+            let slots = self.ring.unwrap_or(cap);
+            // The position each slot holds after this step: the latest `p ≡ slot (mod slots)`.
+            let last = pos + s - 1;
+            let held: Vec<Option<usize>> = (0..slots).map(|j| (j <= last).then(|| last - (last - j) % slots)).collect();
+            let mut mask = vec![HIDDEN; s * slots];
+            for (i, row) in mask.chunks_mut(slots).enumerate() {
                 let q = pos + i;
-                row[(q + 1).saturating_sub(w.window)..=q].fill(0.0);
+                for (m, p) in row.iter_mut().zip(&held) {
+                    if p.is_some_and(|p| p <= q && p + w.window > q) {
+                        *m = 0.0;
+                    }
+                }
             }
-            local.push((MASK_LOCAL, Tensor::from_vec(mask, &[s, cap])?));
+            local.push((MASK_LOCAL, Tensor::from_vec(mask, &[s, slots])?));
+            if let Some(r) = self.ring {
+                local.push((POS_LOCAL, Tensor::from_vec(vec![(pos % r) as i64], &[1])?));
+            }
         }
         Ok([
             (TOKENS, Tensor::from_vec(ids, &[s])?),

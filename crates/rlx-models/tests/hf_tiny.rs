@@ -95,6 +95,32 @@ fn greedy_decoding_with_the_cache_matches_transformers() {
 }
 
 #[test]
+fn sliding_layers_decode_through_ring_caches_as_transformers() {
+    // Window 4, steps of at most 3 tokens: the sliding layers keep 6 slots, so the 12-token
+    // prompt goes in chunks and every slot is overwritten before the 8th greedy token.
+    let fx = reference("gemma3_text");
+    let hf = HfModel::open(&folder("gemma3_text"), |_, _| {}).unwrap();
+    let model = Llama::build_chunked(&hf.config, &hf.weights, 32, 3).unwrap();
+    assert_eq!(model.ring, Some(6));
+    let slots: Vec<usize> = model.params.iter().filter(|(n, _)| n.ends_with("k_cache")).map(|(_, t)| t.shape()[2]).collect();
+    assert_eq!(slots, vec![6, 32, 6]);
+    assert!(model.step_inputs(&[1, 2, 3, 4], 0, 1).unwrap_err().to_string().contains("at most 3 in this step"));
+    let mut gen = Generator::new(model, &session()).unwrap();
+    let want = ids(&fx["greedy"]);
+    let mut logits = gen.feed(&ids(&fx["prompt"])).unwrap();
+    let mut got = Vec::new();
+    for i in 0..want.len() {
+        got.push(argmax(&logits));
+        if i + 1 < want.len() {
+            logits = gen.feed(&got[i..=i]).unwrap();
+        }
+    }
+    assert_eq!(got, want, "greedy tokens through ring caches");
+    let err = relative_error(&logits, &floats(&fx["final_logits"]));
+    assert!(err < RELATIVE_TOLERANCE, "logits after 7 decoded tokens differ by {err} (relative)");
+}
+
+#[test]
 fn tokenizer_json_ids_match_the_tokenizers_package() {
     for name in MODELS {
         let tok = BpeTokenizer::from_tokenizer_json(&folder(name).join("tokenizer.json")).unwrap();

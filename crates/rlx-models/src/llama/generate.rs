@@ -1,5 +1,5 @@
-//! Token generation: prefill the prompt in one run, then decode one token per run against the
-//! KV cache, sampling on the host.
+//! Token generation: prefill the prompt in one run (in chunks where sliding layers keep ring
+//! caches), then decode one token per run against the KV cache, sampling on the host.
 //!
 //! Sampling runs on the host, not as the IR's `Sample` op: that op's seed is an attribute, so
 //! every decode step of one compiled graph would draw the same uniform number; one host RNG
@@ -64,14 +64,23 @@ impl Generator {
         self.pos
     }
 
-    /// Runs `tokens` after the cached ones and returns the logits of the last, `[vocab]`.
+    /// Runs `tokens` after the cached ones and returns the logits of the last, `[vocab]`: in one
+    /// step, or in steps of [`Llama::step_limit`] tokens where the sliding layers have ring caches.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let inputs = self.model.step_inputs(tokens, self.pos, 1)?;
-        let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
-        let out = self.compiled.run(&named)?;
-        self.pos += tokens.len();
-        let logits = out.into_iter().next().ok_or_else(|| ModelError::Generate("the graph returned no logits".into()))?;
-        Ok(logits.to_vec::<f32>()?)
+        let mut rest = tokens;
+        loop {
+            let n = rest.len().min(self.model.step_limit(self.pos)).max(1);
+            let (step, next) = rest.split_at(n.min(rest.len()));
+            let inputs = self.model.step_inputs(step, self.pos, 1)?;
+            let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+            let out = self.compiled.run(&named)?;
+            self.pos += step.len();
+            rest = next;
+            if rest.is_empty() {
+                let logits = out.into_iter().next().ok_or_else(|| ModelError::Generate("the graph returned no logits".into()))?;
+                return Ok(logits.to_vec::<f32>()?);
+            }
+        }
     }
 
     /// Feeds `prompt`, then samples up to `n` tokens (stopping after `stop`), calling `on_token`
