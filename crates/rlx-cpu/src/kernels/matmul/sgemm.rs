@@ -321,15 +321,20 @@ fn product<A: Element, B: Element>(
     // 4 KiB apart: a tile's rows would then share L1 sets (2048² at 70 GFLOP/s in place, 90
     // packed; MiniLM's 384- and 1536-wide rows gain 5–10%).
     let in_place = tile.in_place().zip(A::as_f32(a.data)).filter(|_| a.strides[1] == 1 && !a.strides[0].is_multiple_of(1024)).map(|(k, data)| (data, a.strides[0], k));
-    with_buffer(&PACKED_A, m.div_ceil(tile.mr) * tile.mr * block, |packed_a| {
+    // Read in place, only a partial last panel is packed (and the buffer holds it alone: the
+    // zeroed buffer of all panels was 6 MiB per thread at 4096 rows); no fork for it.
+    let (full, packed_rows) = match in_place {
+        Some(_) if m % tile.mr == 0 => (m / tile.mr, 0),
+        Some(_) => (m / tile.mr, tile.mr),
+        None => (0, m.div_ceil(tile.mr) * tile.mr),
+    };
+    with_buffer(&PACKED_A, packed_rows * block, |packed_a| {
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
-            let panels = &mut packed_a[..m.div_ceil(tile.mr) * tile.mr * kc];
-            let pack = |(i, panel): (usize, &mut [f32])| pack_a(&a, i * tile.mr, p0, tile.mr, panel);
+            let panels = &mut packed_a[..packed_rows * kc];
+            let pack = |(i, panel): (usize, &mut [f32])| pack_a(&a, (full + i) * tile.mr, p0, tile.mr, panel);
             if in_place.is_some() {
-                // Only a partial last panel is packed: no fork for it.
-                let full = m / tile.mr;
-                panels.chunks_mut(tile.mr * kc).enumerate().skip(full).for_each(pack);
+                panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             } else if threads > 1 {
                 panels.par_chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             } else {
@@ -459,8 +464,8 @@ struct Tiles<'s> {
     tile: Tile,
     a: &'s [f32],
     /// `a` unpacked from this block's first step, with its row stride and the kernel that
-    /// reads its full row panels in place ([`Tile::in_place`]); `a`'s panels then hold only a
-    /// partial last one.
+    /// reads its full row panels in place ([`Tile::in_place`]); `a` then holds only a partial
+    /// last panel, at its start.
     in_place: Option<(&'s [f32], usize, InPlace)>,
     kc: usize,
     m: usize,
@@ -486,6 +491,7 @@ impl Tiles<'_> {
             let in_place = self.in_place.filter(|_| h == mr);
             let a = match in_place {
                 Some((data, lda, _)) => data[r0 * lda..].as_ptr(),
+                None if self.in_place.is_some() => self.a.as_ptr(),
                 None => self.a[i * panel_a..].as_ptr(),
             };
             let kernel = |b: *const f32, c: *mut f32, ldc: usize, add: bool| match in_place {
