@@ -97,14 +97,11 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: boo
     let packed = prepacked.then(|| prepack(ib));
     let (mut plain, mut pre) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     let warm = Instant::now();
-    let mut warmup = warmup;
-    for i in 0.. {
-        if i == warmup && warm.elapsed() < WARM_UP {
-            warmup += 1;
-        }
-        if i == warmup + reps {
-            break;
-        }
+    let mut calls = 0;
+    while plain.len() < reps {
+        // Timed once both the warm-up calls and the warm-up time are past.
+        let timed = calls >= warmup && warm.elapsed() >= WARM_UP;
+        calls += 1;
         let ia = In { dtype: DType::F32, dims: &da, bytes: bytemuck::cast_slice(&a) };
         let mut out = Out { dtype: DType::F32, dims: &dc, bytes: bytemuck::cast_slice_mut(&mut c) };
         let t = Instant::now();
@@ -113,11 +110,11 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: boo
         if let Some(p) = &packed {
             let t = Instant::now();
             matmul_prepacked(ia, ib, p, &mut out)?;
-            if i >= warmup {
+            if timed {
                 pre.push(t.elapsed().as_secs_f64());
             }
         }
-        if i >= warmup {
+        if timed {
             plain.push(plain_secs);
         }
     }

@@ -46,6 +46,19 @@ fn session() -> Session {
     Session::new(Arc::new(CpuBackend::new()))
 }
 
+/// `n` greedy tokens after `prompt` through the KV cache, and the logits that chose the last.
+fn greedy(mut gen: Generator, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut logits = gen.feed(prompt).unwrap();
+    let mut got = Vec::new();
+    for i in 0..n {
+        got.push(argmax(&logits));
+        if i + 1 < n {
+            logits = gen.feed(&got[i..=i]).unwrap();
+        }
+    }
+    (got, logits)
+}
+
 #[test]
 fn prompt_logits_match_transformers() {
     for name in MODELS {
@@ -78,16 +91,8 @@ fn greedy_decoding_with_the_cache_matches_transformers() {
         let fx = reference(name);
         let hf = HfModel::open(&folder(name), |_, _| {}).unwrap();
         let model = Llama::build(&hf.config, &hf.weights, 32).unwrap();
-        let mut gen = Generator::new(model, &session()).unwrap();
         let want = ids(&fx["greedy"]);
-        let mut logits = gen.feed(&ids(&fx["prompt"])).unwrap();
-        let mut got = Vec::new();
-        for i in 0..want.len() {
-            got.push(argmax(&logits));
-            if i + 1 < want.len() {
-                logits = gen.feed(&got[i..=i]).unwrap();
-            }
-        }
+        let (got, logits) = greedy(Generator::new(model, &session()).unwrap(), &ids(&fx["prompt"]), want.len());
         assert_eq!(got, want, "{name}: greedy tokens");
         let err = relative_error(&logits, &floats(&fx["final_logits"]));
         assert!(err < RELATIVE_TOLERANCE, "{name}: logits after 7 decoded tokens differ by {err} (relative)");
@@ -105,16 +110,8 @@ fn sliding_layers_decode_through_ring_caches_as_transformers() {
     let slots: Vec<usize> = model.params.iter().filter(|(n, _)| n.ends_with("k_cache")).map(|(_, t)| t.shape()[2]).collect();
     assert_eq!(slots, vec![6, 32, 6]);
     assert!(model.step_inputs(&[1, 2, 3, 4], 0, 1).unwrap_err().to_string().contains("at most 3 in this step"));
-    let mut gen = Generator::new(model, &session()).unwrap();
     let want = ids(&fx["greedy"]);
-    let mut logits = gen.feed(&ids(&fx["prompt"])).unwrap();
-    let mut got = Vec::new();
-    for i in 0..want.len() {
-        got.push(argmax(&logits));
-        if i + 1 < want.len() {
-            logits = gen.feed(&got[i..=i]).unwrap();
-        }
-    }
+    let (got, logits) = greedy(Generator::new(model, &session()).unwrap(), &ids(&fx["prompt"]), want.len());
     assert_eq!(got, want, "greedy tokens through ring caches");
     let err = relative_error(&logits, &floats(&fx["final_logits"]));
     assert!(err < RELATIVE_TOLERANCE, "logits after 7 decoded tokens differ by {err} (relative)");

@@ -70,16 +70,25 @@ impl Attention {
     pub fn kv_heads(&self, k: &TensorType) -> usize {
         kv_heads_of(self.num_heads, self.head_dim, k)
     }
+
+    /// [`Attention::kv_heads`] of a key operand of concrete `dims` (a kernel's view).
+    pub fn kv_heads_of_dims(&self, dims: &[usize]) -> usize {
+        kv_heads_at(self.num_heads, self.head_dim, dims.len(), |axis| dims.get(axis).copied())
+    }
 }
 
 /// The KV heads a key operand `k` carries: dim 1 of `[B, H_kv, S, D]`, else its last dim over
 /// `head_dim` (`num_heads` when that is not static).
 pub fn kv_heads_of(num_heads: usize, head_dim: usize, k: &TensorType) -> usize {
-    let at = if k.rank() == 4 { 1 } else { k.rank().saturating_sub(1) };
-    match k.shape.0.get(at).and_then(Dim::as_static) {
-        Some(n) if k.rank() == 4 => n,
-        Some(w) => w / head_dim.max(1),
-        None => num_heads,
+    kv_heads_at(num_heads, head_dim, k.rank(), |axis| k.shape.0.get(axis).and_then(Dim::as_static))
+}
+
+/// [`kv_heads_of`] of a key operand of `rank` whose static sizes `dim` gives.
+fn kv_heads_at(num_heads: usize, head_dim: usize, rank: usize, dim: impl Fn(usize) -> Option<usize>) -> usize {
+    match (rank, dim(if rank == 4 { 1 } else { rank.saturating_sub(1) })) {
+        (4, Some(n)) => n,
+        (_, Some(w)) => w / head_dim.max(1),
+        (_, None) => num_heads,
     }
 }
 

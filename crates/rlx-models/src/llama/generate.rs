@@ -69,8 +69,8 @@ impl Generator {
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let mut rest = tokens;
         loop {
-            let n = rest.len().min(self.model.step_limit(self.pos)).max(1);
-            let (step, next) = rest.split_at(n.min(rest.len()));
+            // At least one token, so that a full cache or an empty `tokens` is step_inputs' error.
+            let (step, next) = rest.split_at(rest.len().min(self.model.step_limit(self.pos).max(1)));
             let inputs = self.model.step_inputs(step, self.pos, 1)?;
             let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
             let out = self.compiled.run(&named)?;

@@ -314,10 +314,7 @@ fn head_block<T: Real>(
 
 /// The operand layouts `(q, k, v, out)`, masking and logit transform of one node.
 fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Heads, Heads, Heads), Masking<T>, Logits<T>) {
-    let kv = match *ins[1].dims {
-        [_, h, _, _] => h,
-        _ => ins[1].dims.last().map_or(a.num_heads, |w| w / a.head_dim),
-    };
+    let kv = a.kv_heads_of_dims(ins[1].dims);
     let layouts = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, kv), Heads::of(ins[2].dims, kv), Heads::of(out_dims, a.num_heads));
     let (lq, lk) = (layouts.0, layouts.1);
     let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), lq.batch, a.num_heads, lq.seq, lk.seq);

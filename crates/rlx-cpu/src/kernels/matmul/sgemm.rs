@@ -333,9 +333,7 @@ fn product<A: Element, B: Element>(
             let kc = block.min(k - p0);
             let panels = &mut packed_a[..packed_rows * kc];
             let pack = |(i, panel): (usize, &mut [f32])| pack_a(&a, (full + i) * tile.mr, p0, tile.mr, panel);
-            if in_place.is_some() {
-                panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
-            } else if threads > 1 {
+            if threads > 1 && in_place.is_none() {
                 panels.par_chunks_mut(tile.mr * kc).enumerate().for_each(pack);
             } else {
                 panels.chunks_mut(tile.mr * kc).enumerate().for_each(pack);
