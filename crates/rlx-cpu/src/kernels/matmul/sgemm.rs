@@ -217,9 +217,7 @@ impl PackedB {
         let block = inner_block(k);
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
-            for (j, panel) in data[p0 * padded..(p0 + kc) * padded].chunks_exact_mut(kc * width).enumerate() {
-                pack_b(&b, p0, j * width, width, panel);
-            }
+            pack_b(&b, p0, kc, 0, width, &mut data[p0 * padded..(p0 + kc) * padded]);
         }
         PackedB { tile, width, layout, k, n, dims, data }
     }
@@ -448,9 +446,7 @@ impl<B: Element> Step<'_, B> {
             return t.run(rows, cols.clone(), p.panels(self.p0, t.kc, &cols), out);
         }
         with_buffer(&PACKED_B, cols.len() * panel_b, |packed_b| {
-            for (j, panel) in cols.clone().zip(packed_b.chunks_exact_mut(panel_b)) {
-                pack_b(self.b, self.p0, j * t.tile.nr, t.tile.nr, panel);
-            }
+            pack_b(self.b, self.p0, t.kc, cols.start * t.tile.nr, t.tile.nr, packed_b);
             t.run(rows, cols, packed_b, out)
         });
     }
@@ -650,21 +646,28 @@ fn transpose4(rows: &[&[f32]; 4], p: usize, mr: usize, out: &mut [f32]) {
     }
 }
 
-/// Packs columns `c0..c0 + nr` of `b` (zeros past the last column) at steps `p0..` into
-/// `panel`, step-major: `panel[p·nr + j] = b[p0 + p, c0 + j]`.
-fn pack_b<B: Element>(b: &Mat<B>, p0: usize, c0: usize, nr: usize, panel: &mut [f32]) {
+/// Packs the column panels of `b` from column `c0`, `nr` wide, at steps `p0..p0 + kc` into
+/// `panels` (as many as it holds), each step-major: `panels[i·kc·nr + p·nr + j] =
+/// b[p0 + p, c0 + i·nr + j]`, zeros past the last column. Walks `b` a row at a time across
+/// all the panels, so that a row-major `b` is read in long runs rather than one `nr`-wide
+/// piece per row and panel.
+fn pack_b<B: Element>(b: &Mat<B>, p0: usize, kc: usize, c0: usize, nr: usize, panels: &mut [f32]) {
     let [rs, cs] = b.strides;
-    let w = nr.min(b.cols - c0);
-    for (p, step) in panel.chunks_exact_mut(nr).enumerate() {
-        let base = (p0 + p) * rs + c0 * cs;
-        if cs == 1 {
-            step[..w].iter_mut().zip(&b.data[base..base + w]).for_each(|(v, &x)| *v = x.f32());
-        } else {
-            for (j, v) in step[..w].iter_mut().enumerate() {
-                *v = b.data[base + j * cs].f32();
+    let count = panels.len() / (kc * nr);
+    for p in 0..kc {
+        let base = (p0 + p) * rs;
+        for i in 0..count {
+            let (col, step) = (c0 + i * nr, &mut panels[(i * kc + p) * nr..][..nr]);
+            let w = nr.min(b.cols.saturating_sub(col));
+            if cs == 1 {
+                step[..w].iter_mut().zip(&b.data[base + col..base + col + w]).for_each(|(v, &x)| *v = x.f32());
+            } else {
+                for (j, v) in step[..w].iter_mut().enumerate() {
+                    *v = b.data[base + (col + j) * cs].f32();
+                }
             }
+            step[w..].fill(0.0);
         }
-        step[w..].fill(0.0);
     }
 }
 
