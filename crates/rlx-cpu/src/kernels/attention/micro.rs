@@ -33,6 +33,71 @@ impl<'a> Rows<'a> {
     }
 }
 
+/// `out[p·ld + i] = x_i[p]` for the first `n` rows of `x` (a block of queries stored
+/// lane-wise for [`logits`]). With AVX2, 8 × 8 blocks go through registers: element by
+/// element, every row's first load stalled the loop (an eighth of the kernel's time).
+#[inline(always)]
+pub fn transpose(x: Rows, n: usize, out: &mut [f32], ld: usize) {
+    assert!(n <= ld && out.len() >= x.width * ld, "attention transpose out of bounds");
+    let mut i0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        while i0 + 8 <= n {
+            let mut p = 0;
+            while p + 8 <= x.width {
+                let rows: [&[f32]; 8] = std::array::from_fn(|r| &x.row(i0 + r)[p..p + 8]);
+                // Safety: the CPU has AVX2; each row holds 8 floats and `out` holds
+                // `out[(p + 7)·ld + i0 + 8]` (i0 + 8 ≤ n ≤ ld, p + 8 ≤ width, asserted).
+                unsafe { transpose8(&rows, out.as_mut_ptr().add(p * ld + i0), ld) };
+                p += 8;
+            }
+            for p in p..x.width {
+                for r in 0..8 {
+                    out[p * ld + i0 + r] = x.row(i0 + r)[p];
+                }
+            }
+            i0 += 8;
+        }
+    }
+    for i in i0..n {
+        for (lanes, &v) in out.chunks_exact_mut(ld).zip(x.row(i)) {
+            lanes[i] = v;
+        }
+    }
+}
+
+/// Writes the 8 × 8 block `rows[r][c]` transposed to `out[c·ld + r]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose8(rows: &[&[f32]; 8], out: *mut f32, ld: usize) {
+    use std::arch::x86_64::*;
+    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(rows[i].as_ptr()));
+    let t = [
+        _mm256_unpacklo_ps(r[0], r[1]),
+        _mm256_unpackhi_ps(r[0], r[1]),
+        _mm256_unpacklo_ps(r[2], r[3]),
+        _mm256_unpackhi_ps(r[2], r[3]),
+        _mm256_unpacklo_ps(r[4], r[5]),
+        _mm256_unpackhi_ps(r[4], r[5]),
+        _mm256_unpacklo_ps(r[6], r[7]),
+        _mm256_unpackhi_ps(r[6], r[7]),
+    ];
+    let u = [
+        _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+        _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+        _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+        _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+        _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+        _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+        _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+        _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+    ];
+    for c in 0..4 {
+        _mm256_storeu_ps(out.add(c * ld), _mm256_permute2f128_ps::<0x20>(u[c], u[c + 4]));
+        _mm256_storeu_ps(out.add((c + 4) * ld), _mm256_permute2f128_ps::<0x31>(u[c], u[c + 4]));
+    }
+}
+
 /// `s[j·ld + l] = Σ_p k_j[p]·qt[p·ld + l]` for the keys `j` in `keys` and the `LANES` lanes
 /// from `l0`: `qt` holds the block's queries transposed (`width` rows of `ld` lanes).
 #[inline(always)]
@@ -125,7 +190,7 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
     }
     for j in keys {
         if R == 1 && W == ROW_COLS {
-            prefetch(v, j + PREFETCH_ROWS..j + PREFETCH_ROWS + 1);
+            prefetch::<L1>(v, j + PREFETCH_ROWS..j + PREFETCH_ROWS + 1);
         }
         let x: &[f32; W] = v.data[j * v.stride + c0..][..W].try_into().expect("W columns");
         let w: &[f32] = &p[j * ld + i0..][..R];
@@ -143,17 +208,28 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
 /// Rows ahead of a single row's `P·V` whose values are prefetched.
 const PREFETCH_ROWS: usize = 8;
 
-/// Asks for the cache lines of rows `rows` of `x` (those it has) ahead of their use: a KV
-/// cache is read once per decode step, from memory, and the column order of [`dots_avx2`]
-/// hides its stream from the hardware prefetcher.
+/// The prefetch hint into L1 (x86's `_MM_HINT_T0`; 0 elsewhere).
+#[cfg(target_arch = "x86_64")]
+pub const L1: i32 = std::arch::x86_64::_MM_HINT_T0;
+/// The prefetch hint into L2 (x86's `_MM_HINT_T1`; 0 elsewhere).
+#[cfg(target_arch = "x86_64")]
+pub const L2: i32 = std::arch::x86_64::_MM_HINT_T1;
+#[cfg(not(target_arch = "x86_64"))]
+pub const L1: i32 = 0;
+#[cfg(not(target_arch = "x86_64"))]
+pub const L2: i32 = 0;
+
+/// Asks for the cache lines of rows `rows` of `x` (those it has) into the cache level `HINT`
+/// ([`L1`], [`L2`]) ahead of their use: a KV cache is read once per decode step, from memory,
+/// and the column order of [`dots_avx2`] hides its stream from the hardware prefetcher.
 #[inline(always)]
-fn prefetch(x: Rows, rows: Range<usize>) {
+pub fn prefetch<const HINT: i32>(x: Rows, rows: Range<usize>) {
     #[cfg(target_arch = "x86_64")]
     for r in rows {
         let Some(row) = x.data.get(r * x.stride..).and_then(|d| d.get(..x.width)) else { return };
         for line in row.chunks(16) {
             // Safety: a prefetch of an address inside the slice; it reads nothing.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+            unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(line.as_ptr().cast()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -207,7 +283,7 @@ unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> us
     assert!(k.width >= q.len() && (end - 1) * k.stride + k.width <= k.data.len() && end <= s.len(), "attention dots out of bounds");
     let mut j = keys.start;
     while j + 8 * DOT_GROUPS <= end {
-        prefetch(k, j + 16 * DOT_GROUPS..j + 24 * DOT_GROUPS);
+        prefetch::<L1>(k, j + 16 * DOT_GROUPS..j + 24 * DOT_GROUPS);
         // Safety: rows j..j + 8·DOT_GROUPS and s[j..] are in bounds (asserted above).
         unsafe { dot_groups::<DOT_GROUPS>(q, k, j, s) };
         j += 8 * DOT_GROUPS;
