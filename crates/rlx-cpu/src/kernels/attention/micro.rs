@@ -119,7 +119,9 @@ fn logit_tile<const R: usize>(k: Rows, qt: &[f32], ld: usize, l0: usize, j: usiz
     for p in 0..k.width {
         let q: &[f32; LANES] = qt[p * ld + l0..][..LANES].try_into().expect("LANES lanes");
         for r in 0..R {
-            let x = rows[r][p];
+            // Safety: `Rows::row` gave each row `k.width` elements, and `p < k.width` (the
+            // checked index kept a compare and branch per multiply-add in the loop).
+            let x = unsafe { *rows[r].get_unchecked(p) };
             for l in 0..LANES {
                 acc[r][l] = x.mul_add(q[l], acc[r][l]);
             }

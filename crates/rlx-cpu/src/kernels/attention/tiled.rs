@@ -269,8 +269,20 @@ unsafe fn block_avx2(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
     block_generic(hd, q0, nq, sc)
 }
 
-/// [`block_generic`] compiled for AVX2 + FMA when the CPU has them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn block_avx512(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
+    block_generic(hd, q0, nq, sc)
+}
+
+/// [`block_generic`] compiled for AVX-512F or AVX2 + FMA when the CPU has them (a lane tile's
+/// 16 queries fill one zmm register or two ymm).
 fn block(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        // Safety: the CPU has the features the function is compiled for.
+        return unsafe { block_avx512(hd, q0, nq, sc) };
+    }
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // Safety: the CPU has the features the function is compiled for.
