@@ -2,7 +2,8 @@
 //! block of queries stored lane-wise (transposed, so no key tile is ever packed), `P·V`
 //! accumulated into output rows straight from the value rows, and the dot products of the
 //! few-query path. All `#[inline(always)]`: they compile into the caller's target features
-//! (AVX2 + FMA there), where the fixed-size accumulator arrays become vector registers.
+//! (AVX-512F, or AVX2 + FMA, there), where the fixed-size accumulator arrays become vector
+//! registers.
 
 use std::ops::Range;
 

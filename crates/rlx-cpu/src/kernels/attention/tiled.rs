@@ -392,12 +392,22 @@ mod tests {
             mask: &mask,
         };
         for (q0, nq) in [(0, 64), (64, 5)] {
-            let (mut vector, mut plain) = (Scratch::default(), Scratch::default());
-            block(&hd, q0, nq, &mut vector);
+            let mut plain = Scratch::default();
             block_generic(&hd, q0, nq, &mut plain);
-            assert_eq!(vector.acc.len(), nq * dv);
-            for (x, y) in vector.acc.iter().zip(&plain.acc) {
-                assert_eq!(x.to_bits(), y.to_bits(), "{x} vs {y} in the block at {q0}");
+            let mut builds = vec![("best", Scratch::default())];
+            block(&hd, q0, nq, &mut builds[0].1);
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                let mut avx2 = Scratch::default();
+                // Safety: the CPU has the features the function is compiled for.
+                unsafe { block_avx2(&hd, q0, nq, &mut avx2) };
+                builds.push(("avx2", avx2));
+            }
+            for (name, vector) in &builds {
+                assert_eq!(vector.acc.len(), nq * dv);
+                for (x, y) in vector.acc.iter().zip(&plain.acc) {
+                    assert_eq!(x.to_bits(), y.to_bits(), "{name}: {x} vs {y} in the block at {q0}");
+                }
             }
         }
     }
