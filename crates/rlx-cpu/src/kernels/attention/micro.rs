@@ -39,17 +39,22 @@ impl<'a> Rows<'a> {
 /// element, every row's first load stalled the loop (an eighth of the kernel's time).
 #[inline(always)]
 pub fn transpose(x: Rows, n: usize, out: &mut [f32], ld: usize) {
-    assert!(n <= ld && out.len() >= x.width * ld, "attention transpose out of bounds");
+    assert!(n <= ld && out.len() >= x.width * ld && (n == 0 || x.row(n - 1).len() == x.width), "attention transpose out of bounds");
     let mut i0 = 0;
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") {
         while i0 + 8 <= n {
             let mut p = 0;
             while p + 8 <= x.width {
-                let rows: [&[f32]; 8] = std::array::from_fn(|r| &x.row(i0 + r)[p..p + 8]);
-                // Safety: the CPU has AVX2; each row holds 8 floats and `out` holds
-                // `out[(p + 7)·ld + i0 + 8]` (i0 + 8 ≤ n ≤ ld, p + 8 ≤ width, asserted).
-                unsafe { transpose8(&rows, out.as_mut_ptr().add(p * ld + i0), ld) };
+                // Safety: the CPU has AVX2; rows i0..i0 + 8 (all below n, asserted to exist)
+                // hold floats p..p + 8, and `out` holds `out[(p + 7)·ld + i0 + 8]` (i0 + 8 ≤ n
+                // ≤ ld, p + 8 ≤ width).
+                unsafe {
+                    let columns = columns8(x.data.as_ptr().add(i0 * x.stride + p), x.stride);
+                    for (c, column) in columns.into_iter().enumerate() {
+                        std::arch::x86_64::_mm256_storeu_ps(out.as_mut_ptr().add((p + c) * ld + i0), column);
+                    }
+                }
                 p += 8;
             }
             for p in p..x.width {
@@ -67,12 +72,17 @@ pub fn transpose(x: Rows, n: usize, out: &mut [f32], ld: usize) {
     }
 }
 
-/// Writes the 8 × 8 block `rows[r][c]` transposed to `out[c·ld + r]`.
+/// The 8 × 8 block of eight rows `stride` apart from `x`, as its columns: vector `c` holds
+/// `x[r·stride + c]` in lane `r` (an 8 × 8 transposition in registers).
+///
+/// # Safety
+/// The CPU has AVX2, and each of the eight rows holds eight floats at `x + r·stride`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn transpose8(rows: &[&[f32]; 8], out: *mut f32, ld: usize) {
+#[inline]
+unsafe fn columns8(x: *const f32, stride: usize) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
-    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(rows[i].as_ptr()));
+    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(i * stride)));
     let t = [
         _mm256_unpacklo_ps(r[0], r[1]),
         _mm256_unpackhi_ps(r[0], r[1]),
@@ -83,6 +93,7 @@ unsafe fn transpose8(rows: &[&[f32]; 8], out: *mut f32, ld: usize) {
         _mm256_unpacklo_ps(r[6], r[7]),
         _mm256_unpackhi_ps(r[6], r[7]),
     ];
+    // Columns c and c + 4 of rows 0..4 in u[c], of rows 4..8 in u[c + 4].
     let u = [
         _mm256_shuffle_ps::<0x44>(t[0], t[2]),
         _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
@@ -93,10 +104,7 @@ unsafe fn transpose8(rows: &[&[f32]; 8], out: *mut f32, ld: usize) {
         _mm256_shuffle_ps::<0x44>(t[5], t[7]),
         _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
     ];
-    for c in 0..4 {
-        _mm256_storeu_ps(out.add(c * ld), _mm256_permute2f128_ps::<0x20>(u[c], u[c + 4]));
-        _mm256_storeu_ps(out.add((c + 4) * ld), _mm256_permute2f128_ps::<0x31>(u[c], u[c + 4]));
-    }
+    std::array::from_fn(|c| if c < 4 { _mm256_permute2f128_ps::<0x20>(u[c], u[c + 4]) } else { _mm256_permute2f128_ps::<0x31>(u[c - 4], u[c]) })
 }
 
 /// `s[j·ld + l] = Σ_p k_j[p]·qt[p·ld + l]` for the keys `j` in `keys` and the `LANES` lanes
@@ -310,15 +318,9 @@ unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]
     let mut p = 0;
     while p + 8 <= d {
         for (g, a) in acc.iter_mut().enumerate() {
-            let rows = k.data.as_ptr().add((j + 8 * g) * k.stride + p);
-            for h in 0..2 {
-                let x = halves(rows.add(4 * h), k.stride);
-                let (t0, t1) = (_mm256_unpacklo_ps(x[0], x[1]), _mm256_unpackhi_ps(x[0], x[1]));
-                let (t2, t3) = (_mm256_unpacklo_ps(x[2], x[3]), _mm256_unpackhi_ps(x[2], x[3]));
-                let cols = [_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xEE>(t0, t2), _mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xEE>(t1, t3)];
-                for (c, col) in cols.into_iter().enumerate() {
-                    *a = _mm256_fmadd_ps(col, _mm256_set1_ps(q[p + 4 * h + c]), *a);
-                }
+            let columns = columns8(k.data.as_ptr().add((j + 8 * g) * k.stride + p), k.stride);
+            for (c, column) in columns.into_iter().enumerate() {
+                *a = _mm256_fmadd_ps(column, _mm256_set1_ps(q[p + c]), *a);
             }
         }
         p += 8;
@@ -333,19 +335,4 @@ unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]
     for (g, a) in acc.iter().enumerate() {
         _mm256_storeu_ps(s.as_mut_ptr().add(j + 8 * g), *a);
     }
-}
-
-/// Four elements of eight rows `stride` apart from `x`: vector `i` holds row `i` in its low
-/// half and row `i + 4` in its high half (a 4×4 transpose per half then gives one column of
-/// the eight rows per vector).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn halves(x: *const f32, stride: usize) -> [std::arch::x86_64::__m256; 4] {
-    use std::arch::x86_64::*;
-    let mut v = [_mm256_setzero_ps(); 4];
-    for (i, v) in v.iter_mut().enumerate() {
-        *v = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(_mm_loadu_ps(x.add(i * stride))), _mm_loadu_ps(x.add((i + 4) * stride)));
-    }
-    v
 }
