@@ -36,9 +36,10 @@ pub fn run_in_place(op: &Op, state: &mut Out, ins: &[In], outs: &mut [Out]) -> R
 }
 
 /// A weight laid out once for its kernel ([`prepack`]): the GEMM's packed `b` of an f32
-/// matmul, or the panels of a quantized one.
+/// matmul, an f32 conv's weight as its kernel reads it, or the panels of a quantized product.
 pub enum Packed {
     Gemm(matmul::PackedB),
+    Conv(conv::PackedConv),
     Quant(quant::Panels),
 }
 
@@ -47,6 +48,7 @@ impl Packed {
     pub fn unpack(&self) -> Vec<u8> {
         match self {
             Packed::Gemm(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
+            Packed::Conv(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
             Packed::Quant(p) => p.unpack(),
         }
     }
@@ -85,7 +87,7 @@ pub fn prepack(op: &Op, b: In, out_dims: &[usize]) -> Option<Packed> {
         Op::Conv(Conv { kernel_size, stride, padding, dilation, .. })
         | Op::FusedConvBiasAct(FusedConvBiasAct { kernel_size, stride, padding, dilation, .. }) => {
             let g = conv::Geom::of_output(out_dims.get(2..)?, kernel_size, stride, padding, dilation);
-            Some(Packed::Gemm(conv::prepack(b.get::<f32>(), b.dims, &g)))
+            Some(Packed::Conv(conv::prepack(b.get::<f32>(), b.dims, &g)))
         }
         _ if b.dims.len() == 2 => Some(Packed::Gemm(matmul::prepack(b))),
         _ => None,
@@ -98,8 +100,8 @@ pub fn run_prepacked(op: &Op, ins: &[In], packed: &Packed, outs: &mut [Out]) -> 
     match (op, packed) {
         (Op::MatMul(_), Packed::Gemm(p)) => matmul::matmul_prepacked(ins[0], ins[1], p, &mut outs[0]),
         (Op::FusedMatMulBiasAct(a), Packed::Gemm(p)) => fused::matmul_bias_act(a.activation, ins[0], ins[1], Some(p), ins[2], &mut outs[0]),
-        (Op::Conv(a), Packed::Gemm(p)) => conv::conv_prepacked(a, ins[0], ins[1], p, &mut outs[0]),
-        (Op::FusedConvBiasAct(a), Packed::Gemm(p)) => conv::conv_bias_act(a, ins, Some(p), &mut outs[0]),
+        (Op::Conv(a), Packed::Conv(p)) => conv::conv_prepacked(a, ins[0], ins[1], p, &mut outs[0]),
+        (Op::FusedConvBiasAct(a), Packed::Conv(p)) => conv::conv_bias_act(a, ins, Some(p), &mut outs[0]),
         (Op::DequantMatMul(_), Packed::Quant(p)) => quant::dequant_matmul_prepacked(p, ins, &mut outs[0]),
         _ => run(op, ins, outs),
     }

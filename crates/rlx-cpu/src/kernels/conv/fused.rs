@@ -1,8 +1,7 @@
 //! `FusedConvBiasAct`: `act(conv(x, w) + bias[c] [+ residual])`, the conv-block tail.
 
-use super::{conv, conv_f32, forward_channels, Finish, Geom};
+use super::{conv, conv_f32, forward_channels, Finish, Geom, PackedConv};
 use crate::kernels::elementwise::{activation, binary};
-use crate::kernels::matmul::PackedB;
 use crate::view::{In, Out};
 use rlx_ir::ops::conv::Conv;
 use rlx_ir::ops::elementwise::BinaryOp;
@@ -14,7 +13,7 @@ use rlx_ir::DType;
 /// packed once ([`super::prepack`]; f32 only, `w` may then be empty). In f32 the bias,
 /// residual and activation run in the GEMM's epilogue on each finished piece of the output;
 /// other dtypes run the `Conv`, `Add` and `Activation` kernels in turn (the decomposition).
-pub fn conv_bias_act(a: &FusedConvBiasAct, ins: &[In], packed: Option<&PackedB>, out: &mut Out) -> Result<(), String> {
+pub fn conv_bias_act(a: &FusedConvBiasAct, ins: &[In], packed: Option<&PackedConv>, out: &mut Out) -> Result<(), String> {
     let [x, w, bias] = [ins[0], ins[1], ins[2]];
     let residual = a.has_residual.then(|| ins[3]);
     if out.dtype == DType::F32 && ins.iter().all(|t| t.dtype == DType::F32) {
@@ -39,7 +38,7 @@ pub fn conv_bias_act(a: &FusedConvBiasAct, ins: &[In], packed: Option<&PackedB>,
 
 /// `Conv` in f32 with its weight also given packed once ([`super::prepack`]; `w` may then be
 /// empty); other dtypes take [`conv`].
-pub fn conv_prepacked(a: &Conv, x: In, w: In, packed: &PackedB, out: &mut Out) -> Result<(), String> {
+pub fn conv_prepacked(a: &Conv, x: In, w: In, packed: &PackedConv, out: &mut Out) -> Result<(), String> {
     if out.dtype != DType::F32 || x.dtype != DType::F32 || w.dtype != DType::F32 {
         return conv(a, x, w, out);
     }

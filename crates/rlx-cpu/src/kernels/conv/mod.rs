@@ -19,10 +19,12 @@ mod direct;
 mod fused;
 mod pool;
 mod resize;
+mod winograd;
 
 pub use fused::{conv_bias_act, conv_prepacked};
 pub use pool::{max_pool3d_backward, max_pool_backward, pool};
 pub use resize::resize_nearest;
+pub use winograd::{Tiling as WinogradTiling, Winograd};
 
 use super::elementwise::{act, gelu_in_place};
 use super::fused::per_act;
@@ -335,35 +337,66 @@ unsafe fn store_avx512(src: &[f32], dst: &mut [f32], bias: f32, residual: Option
     }
 }
 
+/// A conv weight laid out once for its kernel ([`prepack`]).
+pub enum PackedConv {
+    /// In the GEMM's panels, for a GEMM or direct conv.
+    Gemm(PackedB),
+    /// Transformed for a Winograd conv (3 × 3, stride 1).
+    Winograd(Winograd),
+}
+
+impl PackedConv {
+    /// The weight as given.
+    pub fn unpack(&self) -> Vec<f32> {
+        match self {
+            PackedConv::Gemm(p) => p.unpack(),
+            PackedConv::Winograd(w) => w.unpack(),
+        }
+    }
+
+    /// The weight's dims as given.
+    pub fn dims(&self) -> Vec<usize> {
+        match self {
+            PackedConv::Gemm(p) => p.dims(),
+            PackedConv::Winograd(w) => w.dims().to_vec(),
+        }
+    }
+}
+
 /// Packs the weight `w [C_out, C_in, K]` of an ungrouped conv over window `g` once, as
-/// [`conv_f32`] reads it: the rows of `[C_out, C_in·K]` in row panels, or for a direct conv
-/// with cells as the tile's rows in column panels of its transpose ([`direct::packing`]).
-/// `dims` is the weight's shape; `g`'s input extent is not read.
-pub fn prepack(w: &[f32], dims: &[usize], g: &Geom) -> PackedB {
-    let (rows, cols) = (dims.first().copied().unwrap_or(0), dims.iter().skip(1).product());
+/// [`conv_f32`] reads it: transformed for a Winograd conv where one applies
+/// ([`winograd::applies`]), else the rows of `[C_out, C_in·K]` in row panels, or for a direct
+/// conv with cells as the tile's rows in column panels of its transpose
+/// ([`direct::packing`]). `dims` is the weight's shape; `g`'s input extent is not read.
+pub fn prepack(w: &[f32], dims: &[usize], g: &Geom) -> PackedConv {
+    let (rows, cols) = (dims.first().copied().unwrap_or(0), dims.iter().skip(1).product::<usize>());
+    if winograd::applies(cols / g.taps(), rows, g) {
+        return PackedConv::Winograd(Winograd::new(w, dims, g.small[1].div_ceil(2) * g.small[2].div_ceil(2)));
+    }
     let a = Mat::row_major(w, rows, cols);
-    match direct::packing(rows, g) {
+    PackedConv::Gemm(match direct::packing(rows, g) {
         (tile, Layout::ColumnsOfA) => PackedB::columns_of(tile, a, dims),
         (tile, _) => PackedB::rows_of(tile, a, dims),
-    }
+    })
 }
 
 /// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)`, the
 /// weight packed once (`packed`, from [`prepack`], for an ungrouped conv; else each group's
-/// here). [`direct::conv`] runs it where it applies; otherwise [`sgemm_filled`], with the
+/// here). A Winograd weight runs [`winograd::conv`]; else [`direct::conv`] where it applies,
+/// otherwise [`sgemm_filled`], with the
 /// windows written straight into the GEMM's panels ([`fill_windows`]). `finish` runs on each
 /// piece of the output while it is in cache. With as many (image, group) pieces as threads
 /// the pieces run side by side, each product on one thread; otherwise in turn, each product
 /// split over the pool.
-pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>, packed: Option<&PackedB>) -> Result<(), String> {
+pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>, packed: Option<&PackedConv>) -> Result<(), String> {
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
     let rows = cig * g.taps();
     if cog * o == 0 {
         return Ok(());
     }
-    let own: Vec<PackedB>;
-    let weights: Vec<&PackedB> = match packed {
+    let own: Vec<PackedConv>;
+    let weights: Vec<&PackedConv> = match packed {
         Some(p) if ch.groups == 1 && p.dims().iter().product::<usize>() == cog * rows => vec![p],
         Some(p) => return Err(format!("conv: weight packed as {:?} for {} groups of [{cog}, {rows}]", p.dims(), ch.groups)),
         None => {
@@ -376,7 +409,16 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
         let (b, gi) = (ng / ch.groups, ng % ch.groups);
         let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
         let first = (b * ch.c_out + gi * cog) * o;
-        if direct::conv(xs, cig, weights[gi], g, chunk, parallel, finish.map(|f| (f, gi * cog, first))) {
+        let finish_at = finish.map(|f| (f, gi * cog, first));
+        let weight = match weights[gi] {
+            PackedConv::Winograd(w) if winograd::applies(cig, cog, g) => {
+                winograd::conv(xs, cig, w, g, chunk, parallel, finish_at);
+                return Ok(());
+            }
+            PackedConv::Winograd(_) => return Err(format!("conv: weight transformed for a 3×3 window of stride 1, run over {g:?}")),
+            PackedConv::Gemm(p) => p,
+        };
+        if direct::conv(xs, cig, weight, g, chunk, parallel, finish_at) {
             return Ok(());
         }
         let epilogue = |r: usize, c0: usize, y: &mut [f32]| {
@@ -385,9 +427,9 @@ pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, f
             }
         };
         let epilogue: Option<Epilogue> = finish.is_some().then_some(&epilogue);
-        let nr = weights[gi].tile().nr;
+        let nr = weight.tile().nr;
         let fill = |p0: usize, kc: usize, cols: Range<usize>, panels: &mut [f32]| fill_windows(xs, g, nr, p0, kc, cols, panels);
-        sgemm_filled(weights[gi], o, &fill, MatMut::row_major(chunk, cog, o), parallel, epilogue)
+        sgemm_filled(weight, o, &fill, MatMut::row_major(chunk, cog, o), parallel, epilogue)
     };
     let pieces = out.len() / (cog * o);
     let work = pieces * cog * rows * o;
@@ -762,6 +804,14 @@ mod tests {
             ([1, 25, 23], [1, 3, 3], [1, 1, 1], [0, 2, 2], [1, 2, 2], Channels { n: 1, c_in: 7, c_out: 65, groups: 1 }),
             ([1, 11, 13], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 3, c_in: 65, c_out: 3, groups: 1 }),
             ([2, 7, 5], [2, 3, 1], [1, 1, 2], [1, 1, 0], [1, 2, 1], Channels { n: 1, c_in: 7, c_out: 5, groups: 1 }),
+            // Winograd: odd and even planes, paddings 0 to 2, groups, more tiles than one task
+            // takes, two blocks of the inner dimension.
+            ([1, 9, 8], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], Channels { n: 2, c_in: 17, c_out: 20, groups: 1 }),
+            ([1, 7, 7], [1, 3, 3], [1, 1, 1], [0, 0, 0], [1, 1, 1], Channels { n: 1, c_in: 32, c_out: 40, groups: 1 }),
+            ([1, 5, 6], [1, 3, 3], [1, 1, 1], [0, 2, 2], [1, 1, 1], Channels { n: 1, c_in: 20, c_out: 16, groups: 1 }),
+            ([1, 10, 9], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], Channels { n: 1, c_in: 64, c_out: 32, groups: 2 }),
+            ([1, 30, 29], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], Channels { n: 1, c_in: 19, c_out: 70, groups: 1 }),
+            ([1, 6, 5], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], Channels { n: 1, c_in: 400, c_out: 24, groups: 1 }),
         ];
         for &(big, k, s, p, d, ch) in cases {
             let small: Vec<usize> = (0..3).map(|a| (big[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a] + 1).collect();
@@ -776,13 +826,23 @@ mod tests {
             let finished: Vec<f64> = plain.iter().enumerate().map(|(i, &y)| (y + bias[i / o % ch.c_out] + residual[i]).max(0.0)).collect();
             let (x, w, b, r) = (f32s(&x), f32s(&w), f32s(&bias), f32s(&residual));
             let dims = [ch.c_out, ch.c_in / ch.groups, k[0], k[1], k[2]];
-            let mut packs: Vec<Option<PackedB>> = vec![None];
+            let mut packs: Vec<Option<PackedConv>> = vec![None];
             if ch.groups == 1 {
                 let rows = w.len() / ch.c_out;
-                packs.extend(Tile::available().into_iter().map(|t| Some(PackedB::rows_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
+                let gemm = |p: PackedB| Some(PackedConv::Gemm(p));
+                packs.extend(Tile::available().into_iter().map(|t| gemm(PackedB::rows_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
                 // Output cells as the direct conv's tile rows, where it runs (2-D, AVX-512).
                 let cells = Tile::available().into_iter().filter(|t| big[0] == 1 && t.gathered_rows(4).is_some());
-                packs.extend(cells.map(|t| Some(PackedB::columns_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
+                packs.extend(cells.map(|t| gemm(PackedB::columns_of(t, Mat::row_major(&w, ch.c_out, rows), &dims))));
+                // Winograd: output channels as rows on every tile, tiles as rows where in place.
+                if winograd::applies(ch.c_in, ch.c_out, &g) {
+                    for t in Tile::available() {
+                        let tilings = [4, 7, 12].into_iter().filter(|&mr| t.gathered_rows(mr).is_some()).map(|mr| WinogradTiling::Tiles { mr });
+                        for tiling in std::iter::once(WinogradTiling::Channels).chain(tilings) {
+                            packs.push(Some(PackedConv::Winograd(Winograd::with(t, tiling, &w, &dims))));
+                        }
+                    }
+                }
             }
             for packed in &packs {
                 let mut out = vec![f32::NAN; plain.len()];
@@ -790,10 +850,16 @@ mod tests {
                 let mut fused = vec![f32::NAN; plain.len()];
                 let finish = Finish { bias: &b, residual: Some(&r), activation: Some(ActivationKind::Relu) };
                 conv_f32(&x, &w, &mut fused, ch, &g, Some(&finish), packed.as_ref()).unwrap();
-                let tile = packed.as_ref().map_or("per call".into(), |p| format!("{} {:?}", p.tile().name, p.layout()));
+                let tile = match packed {
+                    None => "per call".into(),
+                    Some(PackedConv::Gemm(p)) => format!("{} {:?}", p.tile().name, p.layout()),
+                    Some(PackedConv::Winograd(w)) => format!("Winograd {} {:?}", w.packing().0.name, w.packing().1),
+                };
+                // f32 rounding grows with the terms summed per output (√ of their count).
+                let tol = 1e-5f64.max(2e-6 * ((ch.c_in / ch.groups * g.taps()) as f64).sqrt());
                 for (got, want) in [(&out, &plain), (&fused, &finished)] {
                     for (a, b) in got.iter().zip(want.iter()) {
-                        assert!((*a as f64 - b).abs() < 1e-5 * (1.0 + b.abs()), "{a} vs {b} for {g:?} {ch:?} on {tile}");
+                        assert!((*a as f64 - b).abs() < tol * (1.0 + b.abs()), "{a} vs {b} for {g:?} {ch:?} on {tile}");
                     }
                 }
             }
