@@ -355,6 +355,9 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &Winograd, g: &Geom, out: &mut [f3
     let panels = c_out.div_ceil(rows);
     let threads = if parallel && c_out * c_in * POINTS * l.tiles() >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
     let group = (panels * l.segments).div_ceil(4 * threads).div_ceil(panels).clamp(1, GROUP);
+    // Consecutive tasks (one thread's share) keep the larger operand's part in cache: the
+    // weight's panel when it outweighs the transformed input, else the segment group.
+    let panel_major = c_out > l.tiles();
     let groups = l.segments.div_ceil(group);
     // Step offsets for the in-place kernel: step c's `mr` tiles `mr` floats on.
     let offsets: Vec<usize> = (0..c_in).map(|c| c * mr).collect();
@@ -371,7 +374,7 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &Winograd, g: &Geom, out: &mut [f3
         let (v, dst) = (&*v, OutPtr(out.as_mut_ptr()));
         let block = mr * nr;
         let task = |t: usize| {
-            let (panel, first) = (t / groups, t % groups * group);
+            let (panel, first) = if panel_major { (t / groups, t % groups * group) } else { (t % panels, t / panels * group) };
             let range = first..(first + group).min(l.segments);
             with_buffer(&PRODUCTS, range.len() * POINTS * block + 4 * block, |m| {
                 let (m, y) = m.split_at_mut(range.len() * POINTS * block);
