@@ -182,10 +182,9 @@ impl Layout {
 unsafe fn transform_input(x: &[f32], hw: [usize; 2], p: [usize; 2], c: usize, l: &Layout, v: &OutPtr) {
     let ([h, w], [ph, pw], tw) = (hw, p, l.tw);
     // Padded rows (padded cell (i, u) holds input cell (i − p_h, u − p_w)) in a ring of four
-    // by padded row, and one row of `Bᵀ d`; both with a vector of slack for whole-vector reads.
+    // by padded row, with a vector of slack for whole-vector reads.
     let len = 2 * tw + 2 + SLACK;
     let mut ring = vec![vec![0.0f32; len]; 4];
-    let mut e = vec![0.0f32; len];
     let fill = |i: usize, row: &mut [f32]| match i.checked_sub(ph).filter(|&r| r < h) {
         Some(r) => {
             let lo = pw.min(2 * tw + 2);
@@ -210,13 +209,12 @@ unsafe fn transform_input(x: &[f32], hw: [usize; 2], p: [usize; 2], c: usize, l:
                 2 => (d(2), d(1), -1.0),
                 _ => (d(1), d(3), -1.0),
             };
-            e.iter_mut().zip(x.iter().zip(y)).for_each(|(e, (x, y))| *e = x + sign * y);
             let mut tx = 0;
             while tx < tw {
                 let t = ty * tw + tx;
                 let (s, lane) = (t / l.width, t % l.width);
                 let run = (l.width - lane).min(tw - tx);
-                columns(&e[2 * tx..], run, std::array::from_fn(|nu| v.at(l.at(xi * 4 + nu, s, c) + lane)));
+                columns([&x[2 * tx..], &y[2 * tx..]], sign, run, std::array::from_fn(|nu| v.at(l.at(xi * 4 + nu, s, c) + lane)));
                 tx += run;
             }
         }
@@ -233,11 +231,12 @@ unsafe fn transform_input(x: &[f32], hw: [usize; 2], p: [usize; 2], c: usize, l:
 /// Floats of slack past a padded row, for whole-vector reads.
 const SLACK: usize = 32;
 
-/// The column half of `V = Bᵀ d B` for `n` tiles: from the row `e` of `Bᵀ d` (tile `i`'s
-/// columns at `e[2i .. 2i + 4]`), `dst[ν][i] = (e B)[ν]` (`e[2i] − e[2i+2]`, `e[2i+1] +
-/// e[2i+2]`, `e[2i+2] − e[2i+1]`, `e[2i+1] − e[2i+3]`). `e` holds `2n + 2` floats and
-/// [`SLACK`] more; each `dst[ν]` addresses `n` floats.
-type Columns = unsafe fn(&[f32], usize, [*mut f32; 4]);
+/// Row `ξ` of `V = Bᵀ d B` for `n` tiles: the row `e = x + sign·y` of `Bᵀ d` (tile `i`'s
+/// columns at `e[2i .. 2i + 4]`, `x` and `y` two padded rows, `sign` ±1), then `dst[ν][i] =
+/// (e B)[ν]` (`e[2i] − e[2i+2]`, `e[2i+1] + e[2i+2]`, `e[2i+2] − e[2i+1]`, `e[2i+1] −
+/// e[2i+3]`). `x` and `y` hold `2n + 2` floats and [`SLACK`] more; each `dst[ν]` addresses
+/// `n` floats.
+type Columns = unsafe fn([&[f32]; 2], f32, usize, [*mut f32; 4]);
 
 /// The output half: `Y = Aᵀ M A` elementwise over a block of products, `m` holding the sixteen
 /// points' `n` floats each, point-major; `y` receives `Y_ab` for `a, b ∈ {0, 1}`, `n` floats
@@ -264,6 +263,25 @@ mod simd {
         portable_columns
     }
 
+    /// `out[2i] = a[i]`, `out[2i + 1] = b[i]` for the `n` floats of `a` and `b`.
+    pub(super) type Interleave = fn([&[f32]; 2], &mut [f32]);
+
+    /// The interleave for this CPU.
+    pub(super) fn interleave() -> Interleave {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // Safety: the CPU has AVX-512F.
+            return |ab, out| unsafe { avx512::interleave(ab, out) };
+        }
+        portable_interleave
+    }
+
+    pub(super) fn portable_interleave([a, b]: [&[f32]; 2], out: &mut [f32]) {
+        for ((o, &a), &b) in out.chunks_exact_mut(2).zip(a).zip(b) {
+            (o[0], o[1]) = (a, b);
+        }
+    }
+
     pub(super) fn portable_output(m: &[f32], n: usize, y: &mut [f32]) {
         let p: [&[f32]; super::POINTS] = std::array::from_fn(|i| &m[i * n..][..n]);
         for i in 0..n {
@@ -277,9 +295,10 @@ mod simd {
         }
     }
 
-    pub(super) unsafe fn portable_columns(e: &[f32], n: usize, dst: [*mut f32; 4]) {
+    pub(super) unsafe fn portable_columns([x, y]: [&[f32]; 2], sign: f32, n: usize, dst: [*mut f32; 4]) {
+        let e = |j: usize| x[j] + sign * y[j];
         for i in 0..n {
-            let (e0, e1, e2, e3) = (e[2 * i], e[2 * i + 1], e[2 * i + 2], e[2 * i + 3]);
+            let (e0, e1, e2, e3) = (e(2 * i), e(2 * i + 1), e(2 * i + 2), e(2 * i + 3));
             *dst[0].add(i) = e0 - e2;
             *dst[1].add(i) = e1 + e2;
             *dst[2].add(i) = e2 - e1;
@@ -293,14 +312,16 @@ mod simd {
 
         /// [`super::Columns`]: the even and odd columns of 32 floats split by two permutes.
         #[target_feature(enable = "avx512f")]
-        pub(in super::super) unsafe fn columns(e: &[f32], n: usize, dst: [*mut f32; 4]) {
-            debug_assert!(e.len() >= 2 * n.div_ceil(16) * 16 + 2);
+        pub(in super::super) unsafe fn columns([x, y]: [&[f32]; 2], sign: f32, n: usize, dst: [*mut f32; 4]) {
+            debug_assert!(x.len().min(y.len()) >= 2 * n.div_ceil(16) * 16 + 2);
             let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
             let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-            let p = e.as_ptr();
+            let (xp, yp, sign) = (x.as_ptr(), y.as_ptr(), _mm512_set1_ps(sign));
+            // e[j..j + 16] = x + sign·y: one rounding, as in the portable loop.
+            let e = |j: usize| _mm512_fmadd_ps(sign, _mm512_loadu_ps(yp.add(j)), _mm512_loadu_ps(xp.add(j)));
             for i in (0..n).step_by(16) {
-                let (a, b) = (_mm512_loadu_ps(p.add(2 * i)), _mm512_loadu_ps(p.add(2 * i + 16)));
-                let (c, d) = (_mm512_loadu_ps(p.add(2 * i + 2)), _mm512_loadu_ps(p.add(2 * i + 18)));
+                let (a, b) = (e(2 * i), e(2 * i + 16));
+                let (c, d) = (e(2 * i + 2), e(2 * i + 18));
                 let (e0, e1) = (_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
                 let (e2, e3) = (_mm512_permutex2var_ps(c, even, d), _mm512_permutex2var_ps(c, odd, d));
                 let m = if n - i >= 16 { u16::MAX } else { ((1u32 << (n - i)) - 1) as u16 };
@@ -308,6 +329,24 @@ mod simd {
                 _mm512_mask_storeu_ps(dst[1].add(i), m, _mm512_add_ps(e1, e2));
                 _mm512_mask_storeu_ps(dst[2].add(i), m, _mm512_sub_ps(e2, e1));
                 _mm512_mask_storeu_ps(dst[3].add(i), m, _mm512_sub_ps(e1, e3));
+            }
+        }
+
+        /// [`super::Interleave`], sixteen pairs at a time.
+        #[target_feature(enable = "avx512f")]
+        pub(in super::super) unsafe fn interleave([a, b]: [&[f32]; 2], out: &mut [f32]) {
+            let n = a.len().min(b.len()).min(out.len() / 2);
+            let lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            let hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+            let (ap, bp, op) = (a.as_ptr(), b.as_ptr(), out.as_mut_ptr());
+            let mask = |k: usize| if k >= 16 { u16::MAX } else { ((1u32 << k) - 1) as u16 };
+            for i in (0..n).step_by(16) {
+                let k = mask(n - i);
+                let (x, y) = (_mm512_maskz_loadu_ps(k, ap.add(i)), _mm512_maskz_loadu_ps(k, bp.add(i)));
+                _mm512_mask_storeu_ps(op.add(2 * i), mask(2 * (n - i)), _mm512_permutex2var_ps(x, lo, y));
+                if n - i > 8 {
+                    _mm512_mask_storeu_ps(op.add(2 * i + 16), mask(2 * (n - i) - 16), _mm512_permutex2var_ps(x, hi, y));
+                }
             }
         }
 
@@ -429,6 +468,7 @@ fn store(y: &[f32], nr: usize, tiling: Tiling, [panel, s]: [usize; 2], l: &Layou
     let (t0, end) = (s * l.width, ((s + 1) * l.width).min(l.tiles()));
     let channels = per_panel.min(l.c_out - panel * per_panel);
     let mut run_buf = [0.0f32; 2 * 64];
+    let interleave = simd::interleave();
     let mut t = t0;
     while t < end {
         let (ty, tx0) = (t / l.tw, t % l.tw);
@@ -441,9 +481,13 @@ fn store(y: &[f32], nr: usize, tiling: Tiling, [panel, s]: [usize; 2], l: &Layou
             let len = (2 * run).min(l.ow - 2 * tx0);
             for r in 0..channels {
                 let base = r * sc + (t - t0) * st;
-                for i in 0..run {
-                    run_buf[2 * i] = y[2 * a * block + base + i * st];
-                    run_buf[2 * i + 1] = y[(2 * a + 1) * block + base + i * st];
+                let (y0, y1) = (&y[2 * a * block + base..], &y[(2 * a + 1) * block + base..]);
+                if st == 1 {
+                    interleave([&y0[..run], &y1[..run]], &mut run_buf[..2 * run]);
+                } else {
+                    for i in 0..run {
+                        (run_buf[2 * i], run_buf[2 * i + 1]) = (y0[i * st], y1[i * st]);
+                    }
                 }
                 put(panel * per_panel + r, row * l.ow + 2 * tx0, &run_buf[..len]);
             }
@@ -465,16 +509,22 @@ mod tests {
         // Lengths around the 16-lane vectors, so that full and masked tails both run; the
         // same adds in the same order, so the same bits.
         for n in [1, 7, 16, 23, 48] {
-            let e = values(2 * n + 2 + SLACK, n as u32);
-            let mut want = vec![0.0f32; 4 * n];
-            let mut got = vec![f32::NAN; 4 * n];
-            let ptrs = |v: &mut [f32]| -> [*mut f32; 4] { std::array::from_fn(|nu| v[nu * n..].as_mut_ptr()) };
-            // Safety: `e` holds 2n + 2 + SLACK floats, each destination n.
-            unsafe {
-                simd::portable_columns(&e, n, ptrs(&mut want));
-                simd::columns()(&e, n, ptrs(&mut got));
+            let (x, y) = (values(2 * n + 2 + SLACK, n as u32), values(2 * n + 2 + SLACK, 5 + n as u32));
+            for sign in [1.0, -1.0] {
+                let mut want = vec![0.0f32; 4 * n];
+                let mut got = vec![f32::NAN; 4 * n];
+                let ptrs = |v: &mut [f32]| -> [*mut f32; 4] { std::array::from_fn(|nu| v[nu * n..].as_mut_ptr()) };
+                // Safety: `x` and `y` hold 2n + 2 + SLACK floats, each destination n.
+                unsafe {
+                    simd::portable_columns([&x, &y], sign, n, ptrs(&mut want));
+                    simd::columns()([&x, &y], sign, n, ptrs(&mut got));
+                }
+                assert_eq!(got, want, "columns of {n} tiles, sign {sign}");
             }
-            assert_eq!(got, want, "columns of {n} tiles");
+            let (mut want, mut got) = (vec![0.0f32; 2 * n], vec![f32::NAN; 2 * n]);
+            simd::portable_interleave([&x[..n], &y[..n]], &mut want);
+            simd::interleave()([&x[..n], &y[..n]], &mut got);
+            assert_eq!(got, want, "interleave of {n} pairs");
             let m = values(POINTS * n, 3 + n as u32);
             let (mut want, mut got) = (vec![0.0f32; 4 * n], vec![f32::NAN; 4 * n]);
             simd::portable_output(&m, n, &mut want);
