@@ -8,9 +8,11 @@
 //! task writes the windows of its output cells straight into its packed column panels
 //! ([`sgemm_filled`](crate::kernels::matmul::sgemm_filled); no column matrix, and a 1×1
 //! conv copies its input rows), with `FusedConvBiasAct`'s bias, residual and activation in
-//! the epilogue. Where the weight's tile has an in-place kernel (AVX-512), a 2-D f32 conv
-//! skips the windows altogether ([`direct`]): the tile reads its rows straight from a
-//! padded, stride-phase-split copy of the input. f64 builds the column matrix and runs
+//! the epilogue. A 3×3 stride-1 f32 conv with enough channels runs Winograd F(2×2, 3×3)
+//! instead ([`winograd`]: 16 multiply-adds per channel and 2 × 2 output tile, not 36). Where
+//! the weight's tile has an in-place kernel (AVX-512), other 2-D f32 convs skip the windows
+//! altogether ([`direct`]): the tile reads its rows straight from a padded,
+//! stride-phase-split copy of the input. f64 builds the column matrix and runs
 //! [`gemm_slice`](crate::kernels::matmul::gemm_slice); transposed convs multiply first and
 //! scatter-add the columns back (col2im). f16/bf16 operands compute in f32.
 
