@@ -64,7 +64,7 @@ pub(super) fn applies(c_in: usize, c_out: usize, g: &Geom) -> bool {
 /// The tile and tiling for `c_out` output channels over `tiles` tiles: output channels as rows
 /// on the tile that pads them least, unless tiles as rows on some AVX-512 tile keep clearly
 /// more of the products useful (weighted by `m·v / (m·v + 2)` for `m` rows of `v` vectors).
-pub fn tiling(c_out: usize, tiles: usize) -> (Tile, Tiling) {
+fn tiling(c_out: usize, tiles: usize) -> (Tile, Tiling) {
     let rows = Tile::for_rows(c_out);
     let share = |used: usize, all: usize, m: usize, v: usize| used as f64 / all as f64 * (m * v) as f64 / (m * v + 2) as f64;
     let by_channels = share(c_out * tiles, c_out.div_ceil(rows.mr) * rows.mr * tiles.div_ceil(rows.nr) * rows.nr, rows.mr, rows.nr.div_ceil(16));
@@ -87,8 +87,14 @@ impl Winograd {
         Winograd::with(tile, tiling, w, dims)
     }
 
-    /// [`Winograd::new`] on a given tile and tiling; `dims` may also be `[C_out, C_in·9]`.
+    /// [`Winograd::new`] on a given tile and tiling (tiles as rows only where the tile has an
+    /// in-place kernel of `mr` rows, else output channels as rows); `dims` may also be
+    /// `[C_out, C_in·9]`.
     pub fn with(tile: Tile, tiling: Tiling, w: &[f32], dims: &[usize]) -> Winograd {
+        let tiling = match tiling {
+            Tiling::Tiles { mr } if tile.gathered_rows(mr).is_none() => Tiling::Channels,
+            t => t,
+        };
         let c_out = dims.first().copied().unwrap_or(0);
         let c_in = dims.iter().skip(1).product::<usize>() / 9;
         let u = transform_weight(w, c_out * c_in);
@@ -310,6 +316,15 @@ mod simd {
     pub(super) mod avx512 {
         use std::arch::x86_64::*;
 
+        /// The first `k` of 16 lanes (all from 16 on).
+        fn lanes(k: usize) -> u16 {
+            if k >= 16 {
+                u16::MAX
+            } else {
+                ((1u32 << k) - 1) as u16
+            }
+        }
+
         /// [`super::Columns`]: the even and odd columns of 32 floats split by two permutes.
         #[target_feature(enable = "avx512f")]
         pub(in super::super) unsafe fn columns([x, y]: [&[f32]; 2], sign: f32, n: usize, dst: [*mut f32; 4]) {
@@ -324,7 +339,7 @@ mod simd {
                 let (c, d) = (e(2 * i + 2), e(2 * i + 18));
                 let (e0, e1) = (_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
                 let (e2, e3) = (_mm512_permutex2var_ps(c, even, d), _mm512_permutex2var_ps(c, odd, d));
-                let m = if n - i >= 16 { u16::MAX } else { ((1u32 << (n - i)) - 1) as u16 };
+                let m = lanes(n - i);
                 _mm512_mask_storeu_ps(dst[0].add(i), m, _mm512_sub_ps(e0, e2));
                 _mm512_mask_storeu_ps(dst[1].add(i), m, _mm512_add_ps(e1, e2));
                 _mm512_mask_storeu_ps(dst[2].add(i), m, _mm512_sub_ps(e2, e1));
@@ -339,13 +354,12 @@ mod simd {
             let lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
             let hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
             let (ap, bp, op) = (a.as_ptr(), b.as_ptr(), out.as_mut_ptr());
-            let mask = |k: usize| if k >= 16 { u16::MAX } else { ((1u32 << k) - 1) as u16 };
             for i in (0..n).step_by(16) {
-                let k = mask(n - i);
+                let k = lanes(n - i);
                 let (x, y) = (_mm512_maskz_loadu_ps(k, ap.add(i)), _mm512_maskz_loadu_ps(k, bp.add(i)));
-                _mm512_mask_storeu_ps(op.add(2 * i), mask(2 * (n - i)), _mm512_permutex2var_ps(x, lo, y));
+                _mm512_mask_storeu_ps(op.add(2 * i), lanes(2 * (n - i)), _mm512_permutex2var_ps(x, lo, y));
                 if n - i > 8 {
-                    _mm512_mask_storeu_ps(op.add(2 * i + 16), mask(2 * (n - i) - 16), _mm512_permutex2var_ps(x, hi, y));
+                    _mm512_mask_storeu_ps(op.add(2 * i + 16), lanes(2 * (n - i) - 16), _mm512_permutex2var_ps(x, hi, y));
                 }
             }
         }
@@ -355,7 +369,7 @@ mod simd {
         pub(in super::super) unsafe fn output(m: &[f32], n: usize, y: &mut [f32]) {
             let (mp, yp) = (m.as_ptr(), y.as_mut_ptr());
             for i in (0..n).step_by(16) {
-                let k = if n - i >= 16 { u16::MAX } else { ((1u32 << (n - i)) - 1) as u16 };
+                let k = lanes(n - i);
                 let p = |pt: usize| _mm512_maskz_loadu_ps(k, mp.add(pt * n + i));
                 let r0: [__m512; 4] = std::array::from_fn(|nu| _mm512_add_ps(_mm512_add_ps(p(nu), p(4 + nu)), p(8 + nu)));
                 let r1: [__m512; 4] = std::array::from_fn(|nu| _mm512_sub_ps(_mm512_sub_ps(p(4 + nu), p(8 + nu)), p(12 + nu)));
@@ -376,21 +390,14 @@ mod simd {
 pub(super) fn conv(x: &[f32], c_in: usize, w: &Winograd, g: &Geom, out: &mut [f32], parallel: bool, finish: Option<(&Finish, usize, usize)>) {
     let (tile, [oh, ow]) = (w.tile, [g.small[1], g.small[2]]);
     let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
-    let (width, mr, nr) = match w.tiling {
-        Tiling::Channels => (tile.nr, tile.mr, tile.nr),
-        Tiling::Tiles { mr } => (mr, mr, tile.nr),
-    };
-    let kernel = match w.tiling {
-        Tiling::Tiles { mr } => tile.gathered_rows(mr),
-        Tiling::Channels => None,
+    // Tiles per segment, the register tile, output channels per panel of the packed weight,
+    // and the in-place kernel when tiles are the rows.
+    let (width, mr, nr, rows, kernel) = match w.tiling {
+        Tiling::Channels => (tile.nr, tile.mr, tile.nr, tile.mr, None),
+        Tiling::Tiles { mr } => (mr, mr, tile.nr, tile.nr, tile.gathered_rows(mr)),
     };
     let (o, c_out) = (oh * ow, w.dims[0]);
     let l = Layout { oh, ow, th, tw, width, segments: (th * tw).div_ceil(width), c_in, c_out };
-    // Output channels per panel of the packed weight.
-    let rows = match w.tiling {
-        Tiling::Channels => mr,
-        Tiling::Tiles { .. } => nr,
-    };
     let panels = c_out.div_ceil(rows);
     let threads = if parallel && c_out * c_in * POINTS * l.tiles() >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
     let group = (panels * l.segments).div_ceil(4 * threads).div_ceil(panels).clamp(1, GROUP);
@@ -531,6 +538,14 @@ mod tests {
             transform_output(&m, n, &mut got);
             assert_eq!(got, want, "output transform of {n} products");
         }
+    }
+
+    #[test]
+    fn packing_gives_the_weight_back_and_needs_an_in_place_kernel_for_tiles_as_rows() {
+        let w = values(20 * 17 * 9, 1);
+        let packed = Winograd::with(Tile::portable(), Tiling::Tiles { mr: 7 }, &w, &[20, 17, 3, 3]);
+        assert_eq!(packed.packing().1, Tiling::Channels, "the portable tile reads no tiles in place");
+        assert_eq!((packed.unpack(), packed.dims()), (w, &[20, 17, 3, 3][..]));
     }
 
     #[test]
