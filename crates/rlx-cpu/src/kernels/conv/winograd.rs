@@ -128,20 +128,15 @@ impl Winograd {
 }
 
 /// `U = G g Gᵀ` for each of `n` 3 × 3 kernels in `w`, laid out point-major: `u[ξν][i]` (in f64,
-/// rounded once).
+/// `G g` first, rounded once).
 fn transform_weight(w: &[f32], n: usize) -> Vec<f32> {
     const G: [[f64; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
     let mut u = vec![0.0f32; POINTS * n];
     for (i, g) in w.chunks_exact(9).enumerate() {
-        for (xi, gx) in G.iter().enumerate() {
+        let gg: [[f64; 3]; 4] = std::array::from_fn(|xi| std::array::from_fn(|b| (0..3).map(|a| G[xi][a] * g[a * 3 + b] as f64).sum()));
+        for (xi, row) in gg.iter().enumerate() {
             for (nu, gn) in G.iter().enumerate() {
-                let mut s = 0.0;
-                for a in 0..3 {
-                    for b in 0..3 {
-                        s += gx[a] * g[a * 3 + b] as f64 * gn[b];
-                    }
-                }
-                u[(xi * 4 + nu) * n + i] = s as f32;
+                u[(xi * 4 + nu) * n + i] = (row[0] * gn[0] + row[1] * gn[1] + row[2] * gn[2]) as f32;
             }
         }
     }
