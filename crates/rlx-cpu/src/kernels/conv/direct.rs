@@ -9,14 +9,10 @@
 //! `q + offset(c, u, v)`: a tile of consecutive cells reads one contiguous run of the copy
 //! per step of the inner dimension.
 
-use super::{Finish, Geom};
-use crate::kernels::matmul::{with_buffer, Layout, OutPtr, PackedB, Tile, MAX_TILE, PAR_FLOPS};
+use super::{put_piece, task_split, Finish, Geom, GROUP};
+use crate::kernels::matmul::{with_buffer, Layout, OutPtr, PackedB, Tile, MAX_TILE};
 use rayon::prelude::*;
 use std::cell::RefCell;
-
-/// Tiles along the cells one task runs side by side, sweeping each block of the packed
-/// operand over all of them.
-const GROUP: usize = 8;
 
 thread_local! {
     /// The padded copy of the input, kept per thread across calls.
@@ -162,10 +158,8 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
     };
     let k = c_in * taps;
     let offsets: Vec<usize> = (0..k).map(|p| p / taps * phased.channel + phased.taps[p % taps]).collect();
-    let threads = if parallel && c_out * k * o >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
+    let (threads, group) = task_split(panels, segments, c_out * k * o, parallel);
     let parallel = threads > 1;
-    // Segments per task: up to GROUP, fewer when that would leave under four tasks a thread.
-    let group = (panels * segments).div_ceil(4 * threads).div_ceil(panels).clamp(1, GROUP);
     let groups = segments.div_ceil(group);
     let copied = c_in * phased.channel;
     with_buffer(&INPUT, copied + cells.div_ceil(nr) * nr + mr + wq, |copy| {
@@ -178,14 +172,8 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &PackedB, g: &Geom, out: &mut [f32
         }
         slack.fill(0.0);
         let (copy, dst) = (&*copy, OutPtr(out.as_mut_ptr()));
-        let put = |channel: usize, cell: usize, src: &[f32]| {
-            // Safety: each task alone writes its channels' cells (disjoint tiles of the output).
-            let piece = unsafe { std::slice::from_raw_parts_mut(dst.at(channel * o + cell), src.len()) };
-            match finish {
-                Some((f, first, at)) => f.store(first + channel, at + channel * o + cell, src, piece),
-                None => piece.copy_from_slice(src),
-            }
-        };
+        // Safety: each task alone writes its channels' cells (disjoint tiles of the output).
+        let put = |channel: usize, cell: usize, src: &[f32]| unsafe { put_piece(&dst, o, finish, channel, cell, src) };
         let q0 = |segment: usize| match tiling {
             Tiling::Channels { .. } => segment * nr,
             Tiling::Cells { mr } => segment / ow.div_ceil(mr) * wq + segment % ow.div_ceil(mr) * mr,

@@ -30,7 +30,7 @@ pub use winograd::{Tiling as WinogradTiling, Winograd};
 
 use super::elementwise::{act, gelu_in_place};
 use super::fused::per_act;
-use super::matmul::{gemm_slice, narrow, sgemm_filled, widen, Epilogue, Layout, Mat, MatMut, PackedB};
+use super::matmul::{gemm_slice, narrow, sgemm_filled, widen, Epilogue, Layout, Mat, MatMut, OutPtr, PackedB, PAR_FLOPS};
 use super::real::Real;
 use super::{by_size, PAR_MIN};
 use crate::view::{In, Out};
@@ -339,6 +339,33 @@ unsafe fn store_avx512(src: &[f32], dst: &mut [f32], bias: f32, residual: Option
     }
 }
 
+/// Tile segments one task of a direct or Winograd conv runs side by side, each block of the
+/// packed weight swept over all of them.
+const GROUP: usize = 8;
+
+/// How a direct or Winograd conv of `flops` multiply-adds splits its `panels × segments`
+/// register tiles into tasks: the threads it uses (one unless `parallel` and at least
+/// [`PAR_FLOPS`]), and segments per task, up to [`GROUP`], fewer when that would leave under
+/// four tasks a thread.
+fn task_split(panels: usize, segments: usize, flops: usize, parallel: bool) -> (usize, usize) {
+    let threads = if parallel && flops >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
+    (threads, (panels * segments).div_ceil(4 * threads).div_ceil(panels).clamp(1, GROUP))
+}
+
+/// Writes `src` as the cells from `cell` of output channel `channel` of `out [C_out, o]` (a
+/// direct or Winograd conv's finished piece), through `finish` when given as `(finish, channel
+/// of row 0, flat output index of out[0])`.
+///
+/// # Safety
+/// The cells lie inside `out`, and no other task writes them meanwhile.
+unsafe fn put_piece(out: &OutPtr, o: usize, finish: Option<(&Finish, usize, usize)>, channel: usize, cell: usize, src: &[f32]) {
+    let piece = std::slice::from_raw_parts_mut(out.at(channel * o + cell), src.len());
+    match finish {
+        Some((f, first, at)) => f.store(first + channel, at + channel * o + cell, src, piece),
+        None => piece.copy_from_slice(src),
+    }
+}
+
 /// A conv weight laid out once for its kernel ([`prepack`]).
 pub enum PackedConv {
     /// In the GEMM's panels, for a GEMM or direct conv.
@@ -385,9 +412,8 @@ pub fn prepack(w: &[f32], dims: &[usize], g: &Geom) -> PackedConv {
 /// [`conv_forward`] in f32: per (image, group), `out_g [C_out/g, O] = w_g × windows(x_g)`, the
 /// weight packed once (`packed`, from [`prepack`], for an ungrouped conv; else each group's
 /// here). A Winograd weight runs [`winograd::conv`]; else [`direct::conv`] where it applies,
-/// otherwise [`sgemm_filled`], with the
-/// windows written straight into the GEMM's panels ([`fill_windows`]). `finish` runs on each
-/// piece of the output while it is in cache. With as many (image, group) pieces as threads
+/// otherwise [`sgemm_filled`], with the windows written straight into the GEMM's panels
+/// ([`fill_windows`]). `finish` runs on each piece of the output while it is in cache. With as many (image, group) pieces as threads
 /// the pieces run side by side, each product on one thread; otherwise in turn, each product
 /// split over the pool.
 pub fn conv_f32(x: &[f32], w: &[f32], out: &mut [f32], ch: Channels, g: &Geom, finish: Option<&Finish>, packed: Option<&PackedConv>) -> Result<(), String> {

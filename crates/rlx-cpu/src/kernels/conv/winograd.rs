@@ -13,16 +13,13 @@
 //! few roundings (F(2×2, 3×3) is the most accurate of its family; larger tiles save more
 //! multiplies and lose digits).
 
-use super::{Finish, Geom};
-use crate::kernels::matmul::{with_buffer, Mat, OutPtr, PackedB, Tile, PAR_FLOPS};
+use super::{put_piece, task_split, Finish, Geom};
+use crate::kernels::matmul::{with_buffer, Mat, OutPtr, PackedB, Tile};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
 /// Points of the transform domain (4 × 4).
 const POINTS: usize = 16;
-
-/// Tile segments one task runs, each block of the packed weight swept over all of them.
-const GROUP: usize = 8;
 
 /// Fewest input and output channels for which the transforms pay off.
 const MIN_CHANNELS: usize = 16;
@@ -394,8 +391,7 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &Winograd, g: &Geom, out: &mut [f3
     let (o, c_out) = (oh * ow, w.dims[0]);
     let l = Layout { oh, ow, th, tw, width, segments: (th * tw).div_ceil(width), c_in, c_out };
     let panels = c_out.div_ceil(rows);
-    let threads = if parallel && c_out * c_in * POINTS * l.tiles() >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
-    let group = (panels * l.segments).div_ceil(4 * threads).div_ceil(panels).clamp(1, GROUP);
+    let (threads, group) = task_split(panels, l.segments, c_out * c_in * POINTS * l.tiles(), parallel);
     // Consecutive tasks (one thread's share) keep the larger operand's part in cache: the
     // weight's panel when it outweighs the transformed input, else the segment group.
     let panel_major = c_out > l.tiles();
@@ -438,14 +434,8 @@ pub(super) fn conv(x: &[f32], c_in: usize, w: &Winograd, g: &Geom, out: &mut [f3
                 }
                 for (i, s) in range.clone().enumerate() {
                     transform_output(&m[i * POINTS * block..][..POINTS * block], block, y);
-                    store(y, nr, w.tiling, [panel, s], &l, |channel, cell, src| {
-                        // Safety: each task alone writes its channels' cells of its tiles.
-                        let piece = unsafe { std::slice::from_raw_parts_mut(dst.at(channel * o + cell), src.len()) };
-                        match finish {
-                            Some((f, first, at)) => f.store(first + channel, at + channel * o + cell, src, piece),
-                            None => piece.copy_from_slice(src),
-                        }
-                    });
+                    // Safety: each task alone writes its channels' cells of its tiles.
+                    store(y, nr, w.tiling, [panel, s], &l, |channel, cell, src| unsafe { put_piece(&dst, o, finish, channel, cell, src) });
                 }
             });
         };
