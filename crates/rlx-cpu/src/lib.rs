@@ -1,24 +1,26 @@
 //! rlx's CPU backend.
 //!
-//! [`CpuBackend`] claims the kinds in [`SUPPORTED_OPS`]; each compiled graph becomes a
-//! [`exec::CpuExecutable`] that plans one arena per concrete input shape and runs a flat list
-//! of kernel calls ([`dispatch::run`] → `kernels::<family>`).
+//! [`CpuBackend`] claims the kinds in [`SUPPORTED_OPS`]; each compiled graph runs on the
+//! shared [`rlx_runtime::Executor`] through [`CpuEngine`] (host buffers, packed weights, and
+//! kernel calls [`dispatch::run`] → `kernels::<family>`).
 
 pub mod awake;
 mod custom;
 pub mod dispatch;
-pub mod exec;
+mod engine;
 mod fold;
 pub mod kernels;
 mod supported;
 pub mod view;
 
+pub use engine::CpuEngine;
 pub use custom::{custom_kernel, register_custom_kernel, CustomKernel};
 pub use fold::CpuConstEval;
 pub use supported::SUPPORTED_OPS;
 
 use rlx_ir::{Graph, OpKind};
-use rlx_runtime::{Backend, Device, Executable, Result, RuntimeError};
+use rlx_runtime::{Backend, Device, Executable, Executor, Result, RuntimeError};
+use std::sync::Arc;
 
 /// The CPU backend. Creating one also lends its kernels to rlx-opt's constant folding.
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +54,6 @@ impl Backend for CpuBackend {
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
         custom::check_registered(graph).map_err(|msg| RuntimeError::Backend { backend: "cpu".into(), msg })?;
-        Ok(Box::new(exec::CpuExecutable::new(graph.clone())))
+        Ok(Box::new(Executor::new(Arc::new(CpuEngine), graph.clone())?))
     }
 }

@@ -4,7 +4,8 @@
 //! standard simplifications. [`decompose`] holds the common IR: how every non-primitive op
 //! lowers into primitives. [`legalize`] rewrites a graph for a backend's claimed op set and
 //! reports what happened to each node; [`fuse`] then folds op chains into the fused kinds the
-//! backend claims; [`memory`] plans one arena by liveness.
+//! backend claims; [`schedule`] plans a specialized graph for any backend (hoisting, graph state,
+//! prepared weights) over one arena that [`memory`] places by liveness.
 
 pub mod cse;
 pub mod dce;
@@ -15,6 +16,7 @@ pub mod legalize;
 pub mod memory;
 pub mod pass;
 pub mod rewrite;
+pub mod schedule;
 pub mod simplify;
 
 pub use fuse::fuse;

@@ -17,16 +17,15 @@ pub struct Plan {
     pub size: usize,
 }
 
-/// Every offset is a multiple of this (cache line; enough for any SIMD load).
-pub const ALIGN: usize = 64;
-
-fn align_up(n: usize) -> usize {
-    n.div_ceil(ALIGN) * ALIGN
+fn align_up(n: usize, align: usize) -> usize {
+    n.div_ceil(align) * align
 }
 
 /// Greedy best-offset placement, largest buffers first: each buffer takes the lowest
 /// offset at which it overlaps no already placed buffer that is live at the same time.
-pub fn plan(buffers: &[Interval]) -> Plan {
+/// Every offset is a multiple of `align` (a power of two: 64 for the CPU's cache lines and
+/// SIMD loads, 256 for CUDA and wgpu bindings).
+pub fn plan(buffers: &[Interval], align: usize) -> Plan {
     let mut order: Vec<usize> = (0..buffers.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(buffers[i].size), buffers[i].first));
     let mut offsets = vec![0usize; buffers.len()];
@@ -37,10 +36,10 @@ pub fn plan(buffers: &[Interval]) -> Plan {
         let mut busy: Vec<(usize, usize)> = placed
             .iter()
             .filter(|&&j| buffers[j].first <= b.last && b.first <= buffers[j].last)
-            .map(|&j| (offsets[j], offsets[j] + align_up(buffers[j].size)))
+            .map(|&j| (offsets[j], offsets[j] + align_up(buffers[j].size, align)))
             .collect();
         busy.sort_unstable();
-        let need = align_up(b.size);
+        let need = align_up(b.size, align);
         let mut at = 0;
         for (lo, hi) in busy {
             if at + need <= lo {
@@ -76,9 +75,9 @@ mod tests {
             Interval { size: 1000, first: 1, last: 2 },
             Interval { size: 1000, first: 2, last: 3 },
         ];
-        let p = plan(&b);
+        let p = plan(&b, 64);
         assert!(!overlaps(&p, &b));
-        assert_eq!(p.size, 2 * align_up(1000));
+        assert_eq!(p.size, 2 * align_up(1000, 64));
         assert_eq!(p.offsets[0], p.offsets[2]);
     }
 
@@ -91,17 +90,18 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for _ in 0..50 {
+        for round in 0..50 {
+            let align = if round % 2 == 0 { 64 } else { 256 };
             let b: Vec<Interval> = (0..40)
                 .map(|_| {
                     let first = (next() % 30) as usize;
                     Interval { size: (next() % 5000) as usize + 1, first, last: first + (next() % 8) as usize }
                 })
                 .collect();
-            let p = plan(&b);
+            let p = plan(&b, align);
             assert!(!overlaps(&p, &b));
-            assert!(p.offsets.iter().all(|o| o % ALIGN == 0));
-            let total: usize = b.iter().map(|x| align_up(x.size)).sum();
+            assert!(p.offsets.iter().all(|o| o % align == 0));
+            let total: usize = b.iter().map(|x| align_up(x.size, align)).sum();
             assert!(p.size <= total);
         }
     }

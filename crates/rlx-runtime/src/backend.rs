@@ -53,6 +53,20 @@ pub trait Executable: Send {
     /// returns the graph's outputs.
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>>;
 
+    /// Runs, then makes each output `o` of `updates` (`(output, parameter index)`) the new
+    /// value of its parameter, returning the other outputs in order. A device backend keeps
+    /// the updated values where they are.
+    fn run_updating(&mut self, inputs: &[&Tensor], bindings: &Bindings, updates: &[(usize, usize)]) -> Result<Vec<Tensor>> {
+        let mut kept = Vec::new();
+        for (o, t) in self.run(inputs, bindings)?.into_iter().enumerate() {
+            match updates.iter().find(|u| u.0 == o) {
+                Some(&(_, p)) => self.set_param(p, t)?,
+                None => kept.push(t),
+            }
+        }
+        Ok(kept)
+    }
+
     /// Bytes of working memory (activations, inputs and outputs; not parameters or constants)
     /// that `run` plans for inputs of these shapes, or `None` for a backend without one planned
     /// arena. It is the memory planner's peak, what rematerialisation aims to lower.

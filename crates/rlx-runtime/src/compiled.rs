@@ -82,35 +82,23 @@ impl CompiledGraph {
     /// with the compiled graph. Returns the outputs not consumed by an update, in order.
     pub fn run_updating(&mut self, inputs: &[(&str, &Tensor)], updates: &[(usize, &str)]) -> Result<Vec<Tensor>> {
         let targets = updates.iter().map(|(o, name)| Ok((*o, self.param_index(name)?))).collect::<Result<Vec<_>>>()?;
-        let outputs = self.run(inputs)?;
-        let mut kept = Vec::with_capacity(outputs.len());
-        for (o, t) in outputs.into_iter().enumerate() {
-            match targets.iter().find(|(u, _)| *u == o) {
-                Some(&(_, p)) => {
-                    let expected = &self.params[p].1;
-                    if t.ty() != *expected {
-                        return Err(RuntimeError::TypeMismatch {
-                            what: "parameter update",
-                            name: self.params[p].0.clone(),
-                            expected: expected.clone(),
-                            got: t.ty().to_string(),
-                        });
-                    }
-                    self.exec.set_param(p, t)?;
-                }
-                None => kept.push(t),
-            }
-        }
-        Ok(kept)
+        let (ordered, bindings) = self.bind(inputs)?;
+        self.check_params_set()?;
+        self.exec.run_updating(&ordered, &bindings, &targets)
     }
 
     /// Runs the graph on named inputs; outputs come in the graph's output order.
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>> {
         let (ordered, bindings) = self.bind(inputs)?;
-        if let Some((name, _, _)) = self.params.iter().find(|p| !p.2) {
-            return Err(RuntimeError::MissingParam { name: name.clone() });
-        }
+        self.check_params_set()?;
         self.exec.run(&ordered, &bindings)
+    }
+
+    fn check_params_set(&self) -> Result<()> {
+        match self.params.iter().find(|p| !p.2) {
+            Some((name, _, _)) => Err(RuntimeError::MissingParam { name: name.clone() }),
+            None => Ok(()),
+        }
     }
 
     /// The working memory the backend plans for a run on these inputs (see

@@ -168,6 +168,74 @@ impl Tensor {
     }
 }
 
+/// Host memory owned by a host engine (the CPU's arena, parameters and constants):
+/// 64-byte-aligned bytes that kernels write through shared references, as device memory is
+/// written through pointers. The executor keeps the ranges that one launch writes apart from
+/// everything else it touches.
+pub struct HostBuffer {
+    data: std::cell::UnsafeCell<Vec<Line>>,
+    len: usize,
+}
+
+// SAFETY: shared access only hands out byte ranges under `bytes`/`bytes_mut`'s contracts.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> HostBuffer {
+        HostBuffer { data: std::cell::UnsafeCell::new(vec![Line([0; 64]); len.div_ceil(64)]), len }
+    }
+
+    /// `len` zero bytes, or `None` when the memory cannot be had.
+    pub fn try_zeroed(len: usize) -> Option<HostBuffer> {
+        let mut data = Vec::new();
+        data.try_reserve_exact(len.div_ceil(64)).ok()?;
+        data.resize(len.div_ceil(64), Line([0; 64]));
+        Some(HostBuffer { data: std::cell::UnsafeCell::new(data), len })
+    }
+
+    /// The tensor's bytes, without a copy.
+    pub fn from_tensor(t: Tensor) -> HostBuffer {
+        HostBuffer { data: std::cell::UnsafeCell::new(t.data), len: t.len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes `offset..offset + len`.
+    ///
+    /// # Safety
+    /// Nothing writes them while the slice lives.
+    pub unsafe fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+        assert!(offset + len <= self.len, "host buffer range {offset}+{len} past its {} bytes", self.len);
+        std::slice::from_raw_parts((*self.data.get()).as_ptr().cast::<u8>().add(offset), len)
+    }
+
+    /// The bytes `offset..offset + len`, to write.
+    ///
+    /// # Safety
+    /// Nothing else reads or writes them while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, offset: usize, len: usize) -> &mut [u8] {
+        assert!(offset + len <= self.len, "host buffer range {offset}+{len} past its {} bytes", self.len);
+        std::slice::from_raw_parts_mut((*self.data.get()).as_mut_ptr().cast::<u8>().add(offset), len)
+    }
+
+    /// The whole buffer as a tensor, without a copy (`dtype` and `dims` must cover its bytes).
+    pub fn into_tensor(self, dtype: DType, dims: &[usize]) -> Result<Tensor> {
+        let expected = dims.iter().product::<usize>() * dtype.size();
+        if expected != self.len {
+            return Err(RuntimeError::DataLength { shape: dims.to_vec(), expected: dims.iter().product(), got: self.len / dtype.size().max(1) });
+        }
+        Ok(Tensor { dtype, shape: dims.to_vec(), len: self.len, data: self.data.into_inner() })
+    }
+}
+
 fn cast<T: Pod>(b: &[u8]) -> &[T] {
     bytemuck::cast_slice(b)
 }

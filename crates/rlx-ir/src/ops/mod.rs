@@ -75,6 +75,25 @@ pub trait OpDef {
         Vec::new()
     }
 
+    /// `(output, input)` pairs, given `inputs` operands: the output is that mutated input
+    /// itself after the update (no copy of its own; `KvAppend` with a run-time position).
+    fn aliased_outputs(&self, _inputs: usize) -> Vec<(usize, usize)> {
+        Vec::new()
+    }
+
+    /// `(output, input)` pairs: after the op, the output's value becomes that mutated
+    /// input's new value (the final states of recurrent layers carried across runs); the
+    /// kernel itself only reads the input.
+    fn written_back(&self) -> Vec<(usize, usize)> {
+        Vec::new()
+    }
+
+    /// Whether the op gives new values on every run from the same operands (random draws,
+    /// user kernels that may keep state): never folded, merged or run once for many runs.
+    fn fresh(&self) -> bool {
+        false
+    }
+
     /// Replaces symbolic dims held in attributes (reshape targets, declared shapes) by the
     /// sizes `sizes` knows, so a specialized graph is fully static.
     fn bind_symbols(&mut self, _sizes: &dyn Fn(&str) -> Option<usize>) {}

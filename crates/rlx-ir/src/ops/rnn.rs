@@ -168,6 +168,13 @@ impl OpDef for Lstm {
             Vec::new()
         }
     }
+    fn written_back(&self) -> Vec<(usize, usize)> {
+        if self.carry {
+            vec![(1, 4), (2, 5)]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 impl OpDef for Gru {
@@ -185,6 +192,13 @@ impl OpDef for Gru {
             Vec::new()
         }
     }
+    fn written_back(&self) -> Vec<(usize, usize)> {
+        if self.carry {
+            vec![(1, 5)]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 impl OpDef for Rnn {
@@ -198,6 +212,13 @@ impl OpDef for Rnn {
     fn mutated_inputs(&self) -> Vec<usize> {
         if self.carry {
             vec![4]
+        } else {
+            Vec::new()
+        }
+    }
+    fn written_back(&self) -> Vec<(usize, usize)> {
+        if self.carry {
+            vec![(1, 4)]
         } else {
             Vec::new()
         }

@@ -600,6 +600,13 @@ impl OpDef for KvAppend {
     fn mutated_inputs(&self) -> Vec<usize> {
         vec![0]
     }
+    fn aliased_outputs(&self, inputs: usize) -> Vec<(usize, usize)> {
+        if inputs == 3 {
+            vec![(0, 0)]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// Builders for the shape family.

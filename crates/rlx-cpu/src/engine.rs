@@ -1,0 +1,116 @@
+//! The CPU's [`Engine`]: host buffers, weights packed for their kernels ([`dispatch::Packed`]),
+//! and launches through [`dispatch`]. The schedule, arena, hoisting, graph state and weight
+//! lifecycle are the shared [`rlx_runtime::Executor`]'s.
+
+use crate::dispatch::{self, Packed};
+use crate::view::{In, Out};
+use rlx_ir::{DType, Op};
+use rlx_runtime::{Arg, Engine, HostBuffer, Result, RuntimeError, Tensor};
+
+/// Host memory and the CPU kernels.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuEngine;
+
+/// The bytes of a launch operand.
+///
+/// # Safety
+/// Nothing writes them while the view lives.
+unsafe fn read(a: Arg<'_, HostBuffer>) -> In<'_> {
+    In { dtype: a.dtype, dims: a.dims, bytes: a.buf.bytes(a.offset, a.len) }
+}
+
+/// The bytes of a launch output.
+///
+/// # Safety
+/// Nothing else reads or writes them while the view lives.
+unsafe fn write(a: Arg<'_, HostBuffer>) -> Out<'_> {
+    Out { dtype: a.dtype, dims: a.dims, bytes: a.buf.bytes_mut(a.offset, a.len) }
+}
+
+impl Engine for CpuEngine {
+    type Buffer = HostBuffer;
+    type Prepared = Packed;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    /// A cache line: enough for any SIMD load.
+    fn align(&self) -> usize {
+        64
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<HostBuffer> {
+        HostBuffer::try_zeroed(bytes).ok_or_else(|| RuntimeError::OutOfMemory { what: "host buffer".into(), bytes })
+    }
+
+    fn upload(&self, dst: &HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        // SAFETY: the executor uploads only while no launch runs.
+        unsafe { dst.bytes_mut(offset, src.len()) }.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn download(&self, src: &HostBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: the executor downloads only while no launch runs.
+        dst.copy_from_slice(unsafe { src.bytes(offset, dst.len()) });
+        Ok(())
+    }
+
+    fn copy(&self, src: Arg<'_, HostBuffer>, dst: Arg<'_, HostBuffer>) -> Result<()> {
+        // SAFETY: the two ranges do not overlap (the contract of `Engine::copy`).
+        unsafe { write(dst).bytes.copy_from_slice(read(src).bytes) };
+        Ok(())
+    }
+
+    /// The tensor's memory, kept as it is.
+    fn adopt(&self, t: Tensor) -> Result<HostBuffer> {
+        Ok(HostBuffer::from_tensor(t))
+    }
+
+    fn prepared_operand(&self, op: &Op, operands: &[(DType, &[usize])]) -> Option<usize> {
+        let i = dispatch::packable_operand(op)?;
+        (dispatch::packs(op, *operands.first()?, *operands.get(i)?)).then_some(i)
+    }
+
+    fn prepare(&self, op: &Op, weight: Arg<'_, HostBuffer>, out_dims: &[usize]) -> Result<Option<Packed>> {
+        // SAFETY: preparing reads the weight while no launch runs.
+        Ok(dispatch::prepack(op, unsafe { read(weight) }, out_dims))
+    }
+
+    fn unprepare(&self, prepared: &Packed) -> Result<HostBuffer> {
+        let bytes = prepared.unpack();
+        let buf = self.alloc(bytes.len())?;
+        self.upload(&buf, 0, &bytes)?;
+        Ok(buf)
+    }
+
+    /// Ops with an in-place kernel ([`dispatch::run_in_place`]) update their state there;
+    /// others read it as an ordinary operand (their functional form).
+    unsafe fn launch(
+        &self,
+        op: &Op,
+        ins: &[Arg<'_, HostBuffer>],
+        outs: &[Arg<'_, HostBuffer>],
+        state: Option<(usize, Arg<'_, HostBuffer>)>,
+        prepared: Option<&Packed>,
+    ) -> std::result::Result<(), String> {
+        let mut in_views: Vec<In> = ins.iter().map(|&a| read(a)).collect();
+        let mut out_views: Vec<Out> = outs.iter().map(|&a| write(a)).collect();
+        match (state, prepared) {
+            (Some((_, s)), _) if dispatch::updates_state(op) => dispatch::run_in_place(op, &mut write(s), &in_views, &mut out_views),
+            (Some((i, s)), _) => {
+                in_views.insert(i, read(s));
+                dispatch::run(op, &in_views, &mut out_views)
+            }
+            (None, Some(p)) => dispatch::run_prepacked(op, &in_views, p, &mut out_views),
+            (None, None) => dispatch::run(op, &in_views, &mut out_views),
+        }
+    }
+
+    /// The pool's other workers spin for the run's jobs ([`crate::awake`]): a kernel splits
+    /// its work and joins inside the pool instead of waking a sleeping worker per call
+    /// (measured: a quarter of a decode step went to those hand-offs).
+    fn scope<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        crate::awake::run(f)
+    }
+}
