@@ -22,13 +22,12 @@ use rlx_ir::{Graph, OpKind};
 use rlx_runtime::{Backend, Device, Executable, Executor, Result, RuntimeError};
 use std::sync::Arc;
 
-/// The CPU backend. Creating one also lends its kernels to rlx-opt's constant folding.
+/// The CPU backend; its kernels also fold constants ([`CpuConstEval`]).
 #[derive(Clone, Copy, Debug)]
 pub struct CpuBackend;
 
 impl CpuBackend {
     pub fn new() -> CpuBackend {
-        rlx_opt::fold::with_evaluator(&fold::CpuConstEval);
         CpuBackend
     }
 }
@@ -50,6 +49,10 @@ impl Backend for CpuBackend {
 
     fn supported_ops(&self) -> &'static [OpKind] {
         SUPPORTED_OPS
+    }
+
+    fn const_eval(&self) -> Option<&dyn rlx_opt::fold::ConstEval> {
+        Some(&CpuConstEval)
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {

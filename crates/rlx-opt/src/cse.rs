@@ -18,7 +18,8 @@ impl Pass for Cse {
         for id in g.node_ids() {
             let node = g.node(id);
             let mergeable = !matches!(node.op, Op::Input(_) | Op::Param(_))
-                && node.op.def().mutated_inputs().is_empty();
+                && node.op.def().mutated_inputs().is_empty()
+                && !node.op.def().fresh();
             if !mergeable {
                 rw.keep(id);
                 continue;

@@ -53,7 +53,7 @@ mod tests {
              return %2",
         )
         .unwrap();
-        let out = crate::optimize(&g).unwrap().to_string();
+        let out = crate::optimize(&g, None).unwrap().to_string();
         assert_eq!(out, "%0 = Input(name:\"x\",ty:(dtype:F32,shape:[2]))() : f32[2]\n%1 = Activation(kind:Exp)(%0) : f32[2]\nreturn %1\n");
     }
 }

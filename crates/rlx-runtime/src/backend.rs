@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::profile::NodeTime;
 use crate::tensor::Tensor;
 use rlx_ir::{Graph, OpKind};
+use rlx_opt::fold::ConstEval;
 use std::fmt;
 
 /// Where a graph runs.
@@ -36,6 +37,12 @@ pub trait Backend: Send + Sync {
 
     /// The op kinds this backend runs itself (natively or by a host fallback).
     fn supported_ops(&self) -> &'static [OpKind];
+
+    /// The evaluator constant folding runs on, when this backend lends its kernels to it (the
+    /// CPU does; a device session folds with its host's).
+    fn const_eval(&self) -> Option<&dyn ConstEval> {
+        None
+    }
 
     /// Builds an executable for a legalized, verified graph.
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>>;

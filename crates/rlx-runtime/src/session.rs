@@ -51,7 +51,7 @@ impl Session {
     /// Verifies, optimizes, legalizes and fuses `graph`, then compiles it on the backend.
     pub fn compile(&self, graph: &Graph) -> Result<CompiledGraph> {
         rlx_ir::verify(graph)?;
-        let optimized = if self.options.optimize { rlx_opt::optimize(graph)? } else { graph.clone() };
+        let optimized = if self.options.optimize { rlx_opt::optimize(graph, self.backend.const_eval())? } else { graph.clone() };
         let claims = self.backend.supported_ops();
         let (legal, report) = rlx_opt::legalize(&optimized, self.backend.name(), claims)?;
         let legal = if self.options.fuse { rlx_opt::fuse(&legal, claims)? } else { legal };
