@@ -2,10 +2,12 @@
 //!
 //! Passes are functions from a graph to a new graph ([`pass::Pass`]); [`pipeline`] runs the
 //! standard simplifications. [`decompose`] holds the common IR: how every non-primitive op
-//! lowers into primitives. [`legalize`] rewrites a graph for a backend's claimed op set and
-//! reports what happened to each node; [`fuse`] then folds op chains into the fused kinds the
-//! backend claims; [`memory`] plans one arena by liveness.
+//! lowers into primitives. A backend states what it runs as [`claims::Claims`] (per op and
+//! input dtypes); [`legalize`] rewrites a graph for those claims (keeping, casting around or
+//! decomposing each node) and reports what happened to each node; [`fuse`] then folds op
+//! chains into the fused kinds the backend claims; [`memory`] plans one arena by liveness.
 
+pub mod claims;
 pub mod cse;
 pub mod dce;
 pub mod decompose;
@@ -17,6 +19,7 @@ pub mod pass;
 pub mod rewrite;
 pub mod simplify;
 
+pub use claims::{Claim, Claims};
 pub use fuse::fuse;
 pub use legalize::{legalize, DispatchReport, Outcome};
 pub use pass::{optimize, Pass};

@@ -15,7 +15,7 @@ pub fn matrix() -> Vec<(OpKind, Vec<Outcome>)> {
     let backends = backends();
     OpKind::ALL
         .iter()
-        .map(|&k| (k, backends.iter().map(|(_, claims)| outcome_of(k, claims)).collect()))
+        .map(|&k| (k, backends.iter().map(|(_, claims)| outcome_of(k, *claims)).collect()))
         .collect()
 }
 
@@ -28,7 +28,13 @@ pub fn totals() -> Vec<(&'static str, [usize; 4])> {
         .map(|(i, (name, _))| {
             let mut t = [0; 4];
             for (_, o) in &m {
-                t[o[i] as usize] += 1;
+                let slot = match o[i] {
+                    Outcome::Native | Outcome::Cast => 0,
+                    Outcome::CommonIr => 1,
+                    Outcome::Rewritten => 2,
+                    Outcome::Missing => 3,
+                };
+                t[slot] += 1;
             }
             (*name, t)
         })
