@@ -17,7 +17,8 @@ pub use custom::{custom_kernel, register_custom_kernel, CustomKernel};
 pub use fold::CpuConstEval;
 pub use supported::SUPPORTED_OPS;
 
-use rlx_ir::{Graph, OpKind};
+use rlx_ir::Graph;
+use rlx_opt::Claims;
 use rlx_runtime::{Backend, Device, Executable, Result, RuntimeError};
 
 /// The CPU backend. Creating one also lends its kernels to rlx-opt's constant folding.
@@ -46,8 +47,8 @@ impl Backend for CpuBackend {
         Device::Cpu
     }
 
-    fn supported_ops(&self) -> &'static [OpKind] {
-        SUPPORTED_OPS
+    fn claims(&self) -> &dyn Claims {
+        &supported::CpuClaims
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
