@@ -3,7 +3,7 @@
 use crate::remat::{Recompute, Remat};
 use crate::rules::{self, Vjp};
 use crate::{AdError, Result};
-use rlx_ir::{Graph, NodeId, OpKind, ValueId};
+use rlx_ir::{Graph, IrError, NodeId, OpKind, ValueId};
 use rlx_opt::decompose::build::scalar;
 use rlx_opt::legalize::LegalizeError;
 use std::collections::HashMap;
@@ -55,10 +55,15 @@ pub fn grad_with(g: &Graph, loss: ValueId, wrt: &[&str], options: &GradOptions) 
 fn prepare(g: &Graph) -> Result<Graph> {
     let claims: Vec<OpKind> = OpKind::ALL.iter().copied().filter(|&k| rules::has_rule(k)).collect();
     let g = rules::custom::inline_plain_custom_fns(g)?;
-    match rlx_opt::legalize(&g, "autodiff", &claims) {
+    match rlx_opt::legalize(&g, "autodiff", &claims[..]) {
         Ok((out, _)) => Ok(out),
-        Err(LegalizeError::Missing { kinds, .. }) => Err(AdError::NoRule(kinds)),
+        Err(LegalizeError::Missing { ops, .. }) => {
+            let mut kinds: Vec<OpKind> = ops.iter().map(|o| o.kind).collect();
+            kinds.dedup();
+            Err(AdError::NoRule(kinds))
+        }
         Err(LegalizeError::Ir(e)) => Err(e.into()),
+        Err(e @ LegalizeError::BadCast { .. }) => Err(IrError::Invalid(e.to_string()).into()),
     }
 }
 

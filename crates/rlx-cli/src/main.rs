@@ -117,18 +117,18 @@ fn ops(markdown: bool) {
     }
     let backends = rlx::coverage::backends();
     print!("{:<34} {:<12}", "kind", "family");
-    for (name, _) in &backends {
-        print!(" {name:<10}");
+    for b in &backends {
+        print!(" {:<10}", b.name());
     }
     println!();
-    for (kind, outcomes) in rlx::coverage::matrix() {
+    for (kind, cells) in rlx::coverage::matrix(&backends) {
         print!("{:<34} {:<12}", kind.name(), kind.family());
-        for o in outcomes {
-            print!(" {:<10}", o.name());
+        for c in cells {
+            print!(" {:<10}", c.to_string());
         }
         println!();
     }
-    for (name, t) in rlx::coverage::totals() {
-        println!("\n{name}: {} native, {} common-IR, {} rewritten, {} missing", t[0], t[1], t[2], t[3]);
+    for (b, t) in backends.iter().zip(rlx::coverage::totals(&backends)) {
+        println!("\n{}: {t}", b.name());
     }
 }

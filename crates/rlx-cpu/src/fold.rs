@@ -1,18 +1,20 @@
 //! Constant folding with the CPU kernels, lent to rlx-opt's folding pass.
 
 use crate::dispatch;
-use crate::supported::SUPPORTED_OPS;
+use crate::supported::CpuClaims;
 use crate::view::{In, Out};
 use rlx_ir::ops::source::Constant;
-use rlx_ir::{Op, TensorType};
+use rlx_ir::{DType, Op, TensorType};
 use rlx_opt::fold::ConstEval;
+use rlx_opt::{Claim, Claims};
 use rlx_runtime::Tensor;
 
 pub struct CpuConstEval;
 
 impl ConstEval for CpuConstEval {
     fn eval(&self, op: &Op, inputs: &[&Constant], outputs: &[TensorType]) -> Option<Vec<Vec<u8>>> {
-        if !SUPPORTED_OPS.contains(&op.kind()) {
+        let dtypes: Vec<DType> = inputs.iter().map(|c| c.ty.dtype).collect();
+        if CpuClaims.claim(op, &dtypes) != Claim::Native {
             return None;
         }
         let ins: Vec<(Tensor, Vec<usize>)> = inputs

@@ -18,7 +18,8 @@ pub use custom::{custom_kernel, register_custom_kernel, CustomKernel};
 pub use fold::CpuConstEval;
 pub use supported::SUPPORTED_OPS;
 
-use rlx_ir::{Graph, OpKind};
+use rlx_ir::Graph;
+use rlx_opt::Claims;
 use rlx_runtime::{Backend, Device, Executable, Executor, Result, RuntimeError};
 use std::sync::Arc;
 
@@ -47,8 +48,8 @@ impl Backend for CpuBackend {
         Device::Cpu
     }
 
-    fn supported_ops(&self) -> &'static [OpKind] {
-        SUPPORTED_OPS
+    fn claims(&self) -> &dyn Claims {
+        &supported::CpuClaims
     }
 
     fn const_eval(&self) -> Option<&dyn rlx_opt::fold::ConstEval> {

@@ -178,7 +178,7 @@ fn pools_match_their_kernels() {
     let lowered = {
         let claims: Vec<OpKind> =
             rlx_cpu::SUPPORTED_OPS.iter().copied().filter(|k| !claims_without_pool_and_conv.contains(k) && *k != OpKind::Conv).collect();
-        rlx_opt::legalize(&g, "cpu-without", &claims).unwrap().0
+        rlx_opt::legalize(&g, "cpu-without", &claims[..]).unwrap().0
     };
     for (a, b) in run(&lowered, &[("x", &tx), ("v", &tv), ("i", &ti)]).iter().zip(&native) {
         assert_close(a, b, 1e-5, 1e-5);

@@ -2,11 +2,14 @@
 //!
 //! Passes are functions from a graph to a new graph ([`pass::Pass`]); [`pipeline`] runs the
 //! standard simplifications. [`decompose`] holds the common IR: how every non-primitive op
-//! lowers into primitives. [`legalize`] rewrites a graph for a backend's claimed op set and
-//! reports what happened to each node; [`fuse`] then folds op chains into the fused kinds the
-//! backend claims; [`schedule`] plans a specialized graph for any backend (hoisting, graph state,
-//! prepared weights) over one arena that [`memory`] places by liveness.
+//! lowers into primitives. A backend states what it runs as [`claims::Claims`] (per op and
+//! input dtypes); [`legalize`] rewrites a graph for those claims (keeping, casting around or
+//! decomposing each node) and reports what happened to each node; [`fuse`] then folds op
+//! chains into the fused kinds the backend claims; [`schedule`] plans a specialized graph for
+//! any backend (hoisting, graph state, prepared weights) over one arena that [`memory`]
+//! places by liveness.
 
+pub mod claims;
 pub mod cse;
 pub mod dce;
 pub mod decompose;
@@ -19,6 +22,7 @@ pub mod rewrite;
 pub mod schedule;
 pub mod simplify;
 
+pub use claims::{Claim, Claims};
 pub use fuse::fuse;
 pub use legalize::{legalize, DispatchReport, Outcome};
 pub use pass::{optimize, Pass};

@@ -4,8 +4,9 @@ use crate::compiled::Bindings;
 use crate::error::Result;
 use crate::profile::NodeTime;
 use crate::tensor::Tensor;
-use rlx_ir::{Graph, OpKind};
+use rlx_ir::Graph;
 use rlx_opt::fold::ConstEval;
+use rlx_opt::Claims;
 use std::fmt;
 
 /// Where a graph runs.
@@ -28,15 +29,15 @@ impl fmt::Display for Device {
     }
 }
 
-/// A compilation target. Backends claim op kinds; the shared legalizer decides the rest, so
-/// `compile` only ever sees claimed kinds.
+/// A compilation target. Backends claim op kinds per input dtypes; the shared legalizer decides
+/// the rest, so `compile` only ever sees nodes claimed natively for their dtypes.
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
 
     fn device(&self) -> Device;
 
-    /// The op kinds this backend runs itself (natively or by a host fallback).
-    fn supported_ops(&self) -> &'static [OpKind];
+    /// What this backend runs itself (natively or by a host fallback), per op and input dtypes.
+    fn claims(&self) -> &dyn Claims;
 
     /// The evaluator constant folding runs on, when this backend lends its kernels to it (the
     /// CPU does; a device session folds with its host's).

@@ -23,7 +23,7 @@ pub fn run(g: &Graph, inputs: &[(&str, &Tensor)]) -> Vec<Tensor> {
 /// Panics if the legalized graph still contains `kind`.
 pub fn run_decomposed(g: &Graph, kind: OpKind, inputs: &[(&str, &Tensor)]) -> Vec<Tensor> {
     let claims: Vec<OpKind> = SUPPORTED_OPS.iter().copied().filter(|&k| k != kind).collect();
-    let (legal, _) = rlx_opt::legalize(g, "cpu-without", &claims).unwrap_or_else(|e| panic!("legalize: {e}"));
+    let (legal, _) = rlx_opt::legalize(g, "cpu-without", &claims[..]).unwrap_or_else(|e| panic!("legalize: {e}"));
     assert!(legal.nodes().iter().all(|n| n.op.kind() != kind), "{kind} survived legalization:\n{legal}");
     run(&legal, inputs)
 }

@@ -19,8 +19,8 @@ mod region;
 
 pub use block::{FusedAttentionBlock, FusedConvBiasAct, FusedTransformerLayer};
 pub use region::{
-    BatchElementwiseRegion, ChainStep, ElementwiseRegion, Operand, RegionPrologue, TransformRegion, TransformStep,
-    MAX_REGION_INPUTS,
+    chain_dtypes, BatchElementwiseRegion, ChainStep, ElementwiseRegion, Operand, RegionPrologue, TransformRegion,
+    TransformStep, MAX_REGION_INPUTS,
 };
 
 /// `act(x·w + bias)`: a matmul with its bias add and optional activation folded in.

@@ -124,7 +124,7 @@ pub mod testing {
         let mut claims: Vec<OpKind> = PRIMITIVES.iter().chain(CLAIMED_ELSEWHERE).chain(extra).copied().collect();
         claims.sort();
         claims.dedup();
-        let (out, _) = crate::legalize(g, "test", &claims).unwrap_or_else(|e| panic!("{e}\nin\n{g}"));
+        let (out, _) = crate::legalize(g, "test", &claims[..]).unwrap_or_else(|e| panic!("{e}\nin\n{g}"));
         assert!(out.nodes().iter().all(|n| claims.contains(&n.op.kind())), "{out}");
         rlx_ir::verify(&out).unwrap_or_else(|e| panic!("{e}\nin\n{out}"));
         out

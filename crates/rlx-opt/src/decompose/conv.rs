@@ -432,7 +432,7 @@ mod tests {
     fn lowers(src: &str, extra: &[OpKind]) -> Graph {
         let g = rlx_ir::text::parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
         let claims: Vec<OpKind> = PRIMITIVES.iter().chain(extra).copied().collect();
-        let (lowered, _) = crate::legalize(&g, "test", &claims).unwrap_or_else(|e| panic!("legalize: {e}\n{g}"));
+        let (lowered, _) = crate::legalize(&g, "test", &claims[..]).unwrap_or_else(|e| panic!("legalize: {e}\n{g}"));
         for n in lowered.nodes() {
             assert!(claims.contains(&n.op.kind()), "{} survived:\n{lowered}", n.op.kind());
         }

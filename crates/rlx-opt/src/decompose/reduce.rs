@@ -219,7 +219,7 @@ pub(super) mod tests {
         let g = parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
         assert!(g.nodes().iter().any(|n| n.op.kind().name().starts_with(gone)), "{gone} is not in the source");
         let claims: Vec<OpKind> = PRIMITIVES.iter().chain(extra).copied().collect();
-        let (out, _) = crate::legalize(&g, "test", &claims).unwrap_or_else(|e| panic!("{e}\n{g}"));
+        let (out, _) = crate::legalize(&g, "test", &claims[..]).unwrap_or_else(|e| panic!("{e}\n{g}"));
         rlx_ir::verify(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
         let left: Vec<_> = out.nodes().iter().map(|n| n.op.kind()).filter(|k| k.name().starts_with(gone)).collect();
         assert!(left.is_empty(), "{left:?} survived:\n{out}");

@@ -176,7 +176,7 @@ mod tests {
             %5 = Activation(kind:Relu)(%4)
             return %5, %4"#
             ),
-            &[OpKind::FusedConvBiasAct],
+            &[OpKind::FusedConvBiasAct][..],
             r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[1,4,9,9]))()
             %1 = Param(name:"w",ty:(dtype:F32,shape:[6,2,3,3]))()
             %2 = Param(name:"b",ty:(dtype:F32,shape:[1,6,1,1]))()
@@ -198,6 +198,6 @@ mod tests {
             %7 = Binary(op:Add)(%6, %5)
             return %4, %3, %7"#
         );
-        assert_fuses(&src, &[OpKind::FusedConvBiasAct], &src);
+        assert_fuses(&src, &[OpKind::FusedConvBiasAct][..], &src);
     }
 }

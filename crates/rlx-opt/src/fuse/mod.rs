@@ -1,5 +1,5 @@
 //! Fusion: small local rewrites that fold chains of ops into the fused kinds of OPS.md §19,
-//! each emitted only when the backend claims it.
+//! each emitted only where the backend claims it natively for the fused node's input dtypes.
 //!
 //! Runs in compile after legalization, so it also sees the primitives that decompositions
 //! produced, and never before autodiff (gradients are taken on unfused graphs). One module per
@@ -13,6 +13,7 @@ mod norm;
 mod region;
 mod swiglu;
 
+use crate::claims::{input_dtypes, Claim, Claims};
 use crate::dce::Dce;
 use crate::pass::Pass;
 use crate::rewrite::Rewriter;
@@ -87,18 +88,19 @@ const RULES: &[Rule] = &[
     Rule { kind: OpKind::ElementwiseRegion, fuse: region::fuse },
 ];
 
-/// Folds the patterns of every fused kind in `claims` into fused nodes.
-pub fn fuse(g: &Graph, claims: &[OpKind]) -> Result<Graph, IrError> {
+/// Folds the patterns of every fused kind that `claims` holds into fused nodes.
+pub fn fuse(g: &Graph, claims: &(impl Claims + ?Sized)) -> Result<Graph, IrError> {
     let mut cur = g.clone();
-    for rule in RULES.iter().filter(|r| claims.contains(&r.kind)) {
-        cur = apply(&cur, rule)?;
+    for rule in RULES.iter().filter(|r| claims.kinds().contains(&r.kind)) {
+        cur = apply(&cur, rule, claims)?;
     }
     Ok(cur)
 }
 
 /// One rule over the whole graph, then the absorbed nodes dropped (and a fused node whose type
-/// came out other than its root's, which is left unused).
-fn apply(g: &Graph, rule: &Rule) -> Result<Graph, IrError> {
+/// came out other than its root's, or that the backend does not claim for its dtypes, which
+/// is left unused).
+fn apply(g: &Graph, rule: &Rule, claims: &(impl Claims + ?Sized)) -> Result<Graph, IrError> {
     let uses = Uses::of(g);
     let mut rw = Rewriter::new(g);
     let mut fused = false;
@@ -107,7 +109,9 @@ fn apply(g: &Graph, rule: &Rule) -> Result<Graph, IrError> {
         let built = (rule.fuse)(&mut site, id)?;
         fused |= built.is_some();
         match built {
-            Some(v) if [rw.built().ty(v).clone()] == g.node(id).outputs[..] => rw.replace(id, vec![v])?,
+            Some(v) if [rw.built().ty(v).clone()] == g.node(id).outputs[..] && native(rw.built(), v, claims) => {
+                rw.replace(id, vec![v])?
+            }
             _ => {
                 rw.keep(id);
             }
@@ -121,14 +125,21 @@ fn apply(g: &Graph, rule: &Rule) -> Result<Graph, IrError> {
     }
 }
 
+/// Whether the backend claims the node that produces `v` natively for its input dtypes.
+fn native(g: &Graph, v: ValueId, claims: &(impl Claims + ?Sized)) -> bool {
+    let node = g.node(v.node);
+    claims.claim(&node.op, &input_dtypes(g, node)) == Claim::Native
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
+    use crate::claims::{Claim, Claims};
     use rlx_ir::text::parse;
-    use rlx_ir::OpKind;
+    use rlx_ir::{DType, Op, OpKind};
 
     /// Asserts that fusing `before` with `claims` gives `after` (both in the text format;
     /// `after` may leave out the output types).
-    pub fn assert_fuses(before: &str, claims: &[OpKind], after: &str) {
+    pub fn assert_fuses(before: &str, claims: &(impl Claims + ?Sized), after: &str) {
         let g = parse(before).unwrap_or_else(|e| panic!("{e}\n{before}"));
         let got = super::fuse(&g, claims).unwrap_or_else(|e| panic!("{e}\n{g}"));
         rlx_ir::verify(&got).unwrap_or_else(|e| panic!("{e}\n{got}"));
@@ -142,6 +153,48 @@ pub(crate) mod tests {
             %1 = Activation(kind:Exp)(%0)
             %2 = Activation(kind:Tanh)(%1)
             return %2";
-        assert_fuses(src, &[OpKind::FusedMatMulBiasAct], src);
+        assert_fuses(src, &[OpKind::FusedMatMulBiasAct][..], src);
+    }
+
+    /// Claims the fused matmul natively for f32 operands only.
+    struct F32FusedMatMul;
+
+    impl Claims for F32FusedMatMul {
+        fn kinds(&self) -> &[OpKind] {
+            &[OpKind::FusedMatMulBiasAct]
+        }
+
+        fn claim(&self, op: &Op, inputs: &[DType]) -> Claim {
+            if op.kind() == OpKind::FusedMatMulBiasAct && inputs.iter().all(|&d| d == DType::F32) {
+                Claim::Native
+            } else {
+                Claim::No
+            }
+        }
+    }
+
+    #[test]
+    fn fused_kinds_form_only_for_the_dtypes_the_backend_claims() {
+        let chain = |dtype: &str| {
+            format!(
+                r#"%0 = Input(name:"x",ty:(dtype:{dtype},shape:[3,5]))()
+            %1 = Param(name:"w",ty:(dtype:{dtype},shape:[5,4]))()
+            %2 = Param(name:"b",ty:(dtype:{dtype},shape:[4]))()
+            %3 = MatMul()(%0, %1)
+            %4 = Binary(op:Add)(%3, %2)
+            return %4"#
+            )
+        };
+        let f16 = chain("F16");
+        assert_fuses(&f16, &F32FusedMatMul, &f16);
+        assert_fuses(
+            &chain("F32"),
+            &F32FusedMatMul,
+            r#"%0 = Input(name:"x",ty:(dtype:F32,shape:[3,5]))()
+            %1 = Param(name:"w",ty:(dtype:F32,shape:[5,4]))()
+            %2 = Param(name:"b",ty:(dtype:F32,shape:[4]))()
+            %3 = FusedMatMulBiasAct(activation:None)(%0, %1, %2)
+            return %3"#,
+        );
     }
 }

@@ -104,9 +104,14 @@ impl ChainStep {
     }
 }
 
-/// The dtype a chain produces from these input dtypes, checking every operand reference and
-/// every step's dtype rule (those of the standalone elementwise ops).
+/// The dtype a chain produces from these input dtypes (its last step's).
 fn chain_dtype(chain: &[ChainStep], inputs: &[DType]) -> Result<DType, String> {
+    Ok(*chain_dtypes(chain, inputs)?.last().expect("a checked chain is not empty"))
+}
+
+/// The dtype of each step's value for these input dtypes, checking every operand reference and
+/// every step's dtype rule (those of the standalone elementwise ops).
+pub fn chain_dtypes(chain: &[ChainStep], inputs: &[DType]) -> Result<Vec<DType>, String> {
     if chain.is_empty() {
         return Err("the chain is empty".into());
     }
@@ -142,7 +147,7 @@ fn chain_dtype(chain: &[ChainStep], inputs: &[DType]) -> Result<DType, String> {
             .ok_or_else(|| format!("step {j} ({step:?}) produced no value"))?;
         steps.push(dtype);
     }
-    Ok(*steps.last().expect("the chain is not empty"))
+    Ok(steps)
 }
 
 /// `[N, C, H, W]` → `[N, C, 2H, 2W]`; H and W must be static.

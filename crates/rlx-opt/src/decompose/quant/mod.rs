@@ -358,7 +358,7 @@ mod tests {
             let src = format!("%0 = Input(name:\"x\",ty:(dtype:F32,shape:[2,256]))()\n{line}\nreturn %2");
             let g = rlx_ir::text::parse(&src).unwrap();
             let claims: Vec<OpKind> = super::super::PRIMITIVES.to_vec();
-            let err = crate::legalize(&g, "test", &claims).unwrap_err().to_string();
+            let err = crate::legalize(&g, "test", &claims[..]).unwrap_err().to_string();
             let kind = g.node(g.outputs()[0].node).op.kind();
             assert!(err.starts_with(&format!("backend `test` cannot run {kind}")), "{err}");
         }
