@@ -159,6 +159,12 @@ impl Graph {
         NodeId(self.nodes.len() as u32 - 1)
     }
 
+    /// Drops the nodes from `len` on (what a rewrite that gave up had added); nothing may
+    /// refer to them.
+    pub fn truncate(&mut self, len: usize) {
+        self.nodes.truncate(len);
+    }
+
     /// A runtime input bound by name.
     pub fn input(&mut self, name: &str, ty: TensorType) -> ValueId {
         self.add_source(source::Input { name: name.into(), ty })

@@ -5,8 +5,10 @@
 //! a node claimed after a cast gets `Cast`s on its inputs, and back on each output whose dtype
 //! changed (every one of them claimed natively, or legalization fails); an unclaimed node is
 //! replaced by its decomposition (common-IR, or rewritten for a fused op), whose nodes are
-//! legalized in turn. If none of these holds, compilation fails naming every such op with its
-//! input dtypes.
+//! legalized in turn. With a host to fall back on ([`legalize_with_host`]), a node that has no
+//! decomposition, or whose decomposition fails (a static size it needs is symbolic), stays as
+//! it is when the host claims it natively: it will run on the host. If none of these holds,
+//! compilation fails naming every such op with its input dtypes.
 
 use crate::claims::{input_dtypes, Claim, Claims};
 use crate::decompose;
@@ -29,6 +31,8 @@ pub enum Outcome {
     Rewritten,
     /// Neither claimed nor decomposable.
     Missing,
+    /// Left for the host, which claims it, in a segment of its own.
+    Host,
 }
 
 impl Outcome {
@@ -39,6 +43,7 @@ impl Outcome {
             Outcome::CommonIr => "common-IR",
             Outcome::Rewritten => "rewritten",
             Outcome::Missing => "missing",
+            Outcome::Host => "host fallback",
         }
     }
 }
@@ -72,6 +77,21 @@ pub struct DispatchReport {
 }
 
 impl DispatchReport {
+    /// Counts one node of `kind` as left for the host instead of lowered.
+    fn rehost(&mut self, kind: OpKind) {
+        let outcomes = self.kinds.entry(kind).or_default();
+        for lowered in [Outcome::CommonIr, Outcome::Rewritten] {
+            if let Some(n) = outcomes.get_mut(&lowered).filter(|n| **n > 0) {
+                *n -= 1;
+                if *n == 0 {
+                    outcomes.remove(&lowered);
+                }
+                break;
+            }
+        }
+        *outcomes.entry(Outcome::Host).or_default() += 1;
+    }
+
     /// How many nodes of `kind` had `outcome`.
     pub fn count(&self, kind: OpKind, outcome: Outcome) -> usize {
         self.kinds.get(&kind).and_then(|o| o.get(&outcome)).copied().unwrap_or(0)
@@ -132,6 +152,18 @@ const MAX_ROUNDS: usize = 16;
 
 /// Rewrites `g` so that `claims` holds every node natively for its input dtypes.
 pub fn legalize(g: &Graph, backend: &str, claims: &(impl Claims + ?Sized)) -> Result<(Graph, DispatchReport), LegalizeError> {
+    legalize_with_host(g, backend, claims, None)
+}
+
+/// [`legalize`], leaving for `host` the nodes it claims natively that the backend cannot run
+/// even decomposed. Afterwards every node is claimed natively by the backend or by the host.
+pub fn legalize_with_host(
+    g: &Graph,
+    backend: &str,
+    claims: &(impl Claims + ?Sized),
+    host: Option<&dyn Claims>,
+) -> Result<(Graph, DispatchReport), LegalizeError> {
+    let on_host = |g: &Graph, node: &Node| host.is_some_and(|h| h.claim(&node.op, &input_dtypes(g, node)) == Claim::Native);
     let mut verdicts = claims_of(g, claims);
     let mut report = DispatchReport {
         backend: backend.to_string(),
@@ -145,17 +177,25 @@ pub fn legalize(g: &Graph, backend: &str, claims: &(impl Claims + ?Sized)) -> Re
             Claim::Cast(_) => Outcome::Cast,
             Claim::No => unclaimed(kind),
         };
-        if outcome == Outcome::Missing {
-            missing.push(OpDtypes::of(g, node));
-        }
+        let outcome = match outcome {
+            Outcome::Missing if on_host(g, node) => Outcome::Host,
+            Outcome::Missing => {
+                missing.push(OpDtypes::of(g, node));
+                outcome
+            }
+            _ => outcome,
+        };
         *report.kinds.entry(kind).or_default().entry(outcome).or_default() += 1;
     }
     fail_on_missing(backend, missing)?;
     let mut cur = g.clone();
-    for _ in 0..MAX_ROUNDS {
-        if verdicts.iter().all(|c| *c == Claim::Native) {
+    // Nodes left for the host, by id in `cur`.
+    let mut hosted: Vec<NodeId> = Vec::new();
+    for round in 0..MAX_ROUNDS {
+        if cur.node_ids().zip(&verdicts).all(|(id, c)| *c == Claim::Native || hosted.contains(&id)) {
             return Ok((cur, report));
         }
+        let mut kept_for_host = Vec::new();
         let mut rw = Rewriter::new(&cur);
         let mut missing = Vec::new();
         let mut casts = HashMap::new();
@@ -169,10 +209,21 @@ pub fn legalize(g: &Graph, backend: &str, claims: &(impl Claims + ?Sized)) -> Re
                     let values = cast_around(&mut rw, &mut casts, id, &to, backend, claims)?;
                     rw.replace(id, values)?;
                 }
+                Claim::No if hosted.contains(&id) => kept_for_host.push(rw.keep(id)),
                 Claim::No => {
                     let inputs = rw.inputs(id);
+                    let mark = rw.graph().len();
                     match decompose::decompose(&node.op, rw.graph(), &inputs) {
-                        Some(values) => rw.replace(id, values?)?,
+                        Some(Ok(values)) => rw.replace(id, values)?,
+                        failed if on_host(&cur, node) => {
+                            // A failed decomposition leaves no node that anything reads.
+                            rw.graph().truncate(mark);
+                            kept_for_host.push(rw.keep(id));
+                            if round == 0 && failed.is_some() {
+                                report.rehost(node.op.kind());
+                            }
+                        }
+                        Some(Err(e)) => return Err(e.into()),
                         None => {
                             missing.push(OpDtypes::of(&cur, node));
                             rw.keep(id);
@@ -183,6 +234,7 @@ pub fn legalize(g: &Graph, backend: &str, claims: &(impl Claims + ?Sized)) -> Re
         }
         fail_on_missing(backend, missing)?;
         cur = rw.finish();
+        hosted = kept_for_host;
         verdicts = claims_of(&cur, claims);
     }
     Err(LegalizeError::Ir(IrError::Invalid(format!(

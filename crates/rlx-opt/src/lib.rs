@@ -17,6 +17,7 @@ pub mod fold;
 pub mod fuse;
 pub mod legalize;
 pub mod memory;
+pub mod partition;
 pub mod pass;
 pub mod rewrite;
 pub mod schedule;

@@ -5,6 +5,7 @@ use crate::error::{Result, RuntimeError};
 use crate::profile::Profile;
 use crate::tensor::Tensor;
 use rlx_ir::{Dim, Graph, TensorType};
+use rlx_opt::partition::Partition;
 use rlx_opt::DispatchReport;
 use std::collections::BTreeMap;
 
@@ -18,13 +19,25 @@ pub struct CompiledGraph {
     inputs: Vec<(String, TensorType)>,
     params: Vec<(String, TensorType, bool)>,
     exec: Box<dyn Executable>,
+    partition: Option<Partition>,
 }
 
 impl CompiledGraph {
     pub(crate) fn new(graph: Graph, report: DispatchReport, exec: Box<dyn Executable>) -> CompiledGraph {
         let inputs = graph.inputs().into_iter().map(|(n, v)| (n.to_string(), graph.ty(v).clone())).collect();
         let params = graph.params().into_iter().map(|(n, v)| (n.to_string(), graph.ty(v).clone(), false)).collect();
-        CompiledGraph { graph, report, inputs, params, exec }
+        CompiledGraph { graph, report, inputs, params, exec, partition: None }
+    }
+
+    pub(crate) fn with_partition(mut self, partition: Partition) -> CompiledGraph {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// The device and host segments and the values that cross between them, when part of
+    /// the graph runs on the host.
+    pub fn partition(&self) -> Option<&Partition> {
+        self.partition.as_ref()
     }
 
     /// The legalized graph the backend compiled.

@@ -7,6 +7,7 @@ mod compiled;
 mod engine;
 mod error;
 mod exec;
+mod fallback;
 mod profile;
 mod session;
 pub mod specialize;

@@ -57,6 +57,8 @@ pub struct Totals {
     pub common_ir: usize,
     pub rewritten: usize,
     pub missing: usize,
+    /// Kinds a device leaves to its host.
+    pub host: usize,
 }
 
 impl fmt::Display for Totals {
@@ -70,7 +72,11 @@ impl fmt::Display for Totals {
             self.rewritten,
             self.missing,
             OpKind::ALL.len()
-        )
+        )?;
+        if self.host > 0 {
+            write!(f, "; {} on the host", self.host)?;
+        }
+        Ok(())
     }
 }
 
@@ -87,6 +93,7 @@ pub fn totals(backends: &[Box<dyn Backend>]) -> Vec<Totals> {
                     Outcome::CommonIr => t.common_ir += 1,
                     Outcome::Rewritten => t.rewritten += 1,
                     Outcome::Missing => t.missing += 1,
+                    Outcome::Host => t.host += 1,
                 }
                 t.limited += usize::from(cell.limits.is_some());
             }
