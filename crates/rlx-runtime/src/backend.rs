@@ -4,7 +4,7 @@ use crate::compiled::Bindings;
 use crate::error::Result;
 use crate::profile::NodeTime;
 use crate::tensor::Tensor;
-use rlx_ir::Graph;
+use rlx_ir::{DType, Graph};
 use rlx_opt::fold::ConstEval;
 use rlx_opt::Claims;
 use std::fmt;
@@ -53,6 +53,11 @@ pub trait Backend: Send + Sync {
 pub trait Executable: Send {
     /// Stores the parameter at `index` of `Graph::params()`; its type is already checked.
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()>;
+
+    /// Stores the parameter at `index` from bytes of that `dtype` and `dims` (length checked).
+    fn set_param_bytes(&mut self, index: usize, dtype: DType, dims: &[usize], bytes: &[u8]) -> Result<()> {
+        self.set_param(index, Tensor::from_bytes(dtype, dims, bytes)?)
+    }
 
     /// A copy of the parameter at `index` as a host tensor (`None` if never set).
     fn param(&self, index: usize) -> Result<Option<Tensor>>;

@@ -4,7 +4,7 @@ use crate::backend::Executable;
 use crate::error::{Result, RuntimeError};
 use crate::profile::Profile;
 use crate::tensor::Tensor;
-use rlx_ir::{Dim, Graph, TensorType};
+use rlx_ir::{DType, Dim, Graph, TensorType};
 use rlx_opt::partition::Partition;
 use rlx_opt::DispatchReport;
 use std::collections::BTreeMap;
@@ -62,19 +62,38 @@ impl CompiledGraph {
 
     /// Sets a parameter (weights are uploaded or packed once, here).
     pub fn set_param(&mut self, name: &str, value: Tensor) -> Result<()> {
+        let index = self.checked_param(name, value.dtype(), value.shape())?;
+        self.exec.set_param(index, value)?;
+        self.params[index].2 = true;
+        Ok(())
+    }
+
+    /// Sets a parameter from bytes it borrows (a memory-mapped weight file): a device backend
+    /// uploads them straight from there, with no host tensor in between.
+    pub fn set_param_bytes(&mut self, name: &str, dtype: DType, dims: &[usize], bytes: &[u8]) -> Result<()> {
+        let index = self.checked_param(name, dtype, dims)?;
+        let expected = dims.iter().product::<usize>() * dtype.size();
+        if bytes.len() != expected {
+            return Err(RuntimeError::DataLength { shape: dims.to_vec(), expected: dims.iter().product(), got: bytes.len() / dtype.size().max(1) });
+        }
+        self.exec.set_param_bytes(index, dtype, dims, bytes)?;
+        self.params[index].2 = true;
+        Ok(())
+    }
+
+    /// The index of parameter `name`, which a value of `dtype` and `dims` fits.
+    fn checked_param(&self, name: &str, dtype: DType, dims: &[usize]) -> Result<usize> {
         let index = self.param_index(name)?;
         let expected = &self.params[index].1;
-        if !matches_static(expected, &value, &mut Bindings::new()) {
+        if !matches_static(expected, dtype, dims, &mut Bindings::new()) {
             return Err(RuntimeError::TypeMismatch {
                 what: "parameter",
                 name: name.into(),
                 expected: expected.clone(),
-                got: value.ty().to_string(),
+                got: TensorType::of(dtype, dims).to_string(),
             });
         }
-        self.exec.set_param(index, value)?;
-        self.params[index].2 = true;
-        Ok(())
+        Ok(index)
     }
 
     /// The current value of a parameter.
@@ -151,7 +170,7 @@ impl CompiledGraph {
                 return Err(RuntimeError::DuplicateInput { name: name.clone() });
             }
             let mut local = Bindings::new();
-            if !matches_static(ty, t, &mut local) {
+            if !matches_static(ty, t.dtype(), t.shape(), &mut local) {
                 return Err(RuntimeError::TypeMismatch {
                     what: "input",
                     name: name.clone(),
@@ -183,11 +202,11 @@ impl CompiledGraph {
 }
 
 /// Whether `t` fits `ty` (dtype, rank, static dims), binding its symbols into `b`.
-fn matches_static(ty: &TensorType, t: &Tensor, b: &mut Bindings) -> bool {
-    if ty.dtype != t.dtype() || ty.rank() != t.shape().len() {
+fn matches_static(ty: &TensorType, dtype: DType, dims: &[usize], b: &mut Bindings) -> bool {
+    if ty.dtype != dtype || ty.rank() != dims.len() {
         return false;
     }
-    ty.shape.dims().iter().zip(t.shape()).all(|(d, &n)| match d {
+    ty.shape.dims().iter().zip(dims).all(|(d, &n)| match d {
         Dim::Static(s) => *s == n,
         Dim::Sym(s) => *b.entry(s.clone()).or_insert(n) == n,
     })

@@ -129,6 +129,9 @@ impl<E: Engine> Executor<E> {
     }
 }
 
+/// A value's dtype and dims.
+type TypeOf<'a> = (DType, &'a [usize]);
+
 /// A plan right after its run, with the executor's parameters: what reads its results.
 struct Ran<'a, E: Engine> {
     engine: &'a E,
@@ -170,7 +173,7 @@ impl<E: Engine> Ran<'_, E> {
     }
 
     /// The dtype and dims of graph output `o` and of parameter `p`.
-    fn types(&self, o: usize, p: usize) -> ((DType, &[usize]), Option<(DType, &[usize])>) {
+    fn types(&self, o: usize, p: usize) -> (TypeOf<'_>, Option<TypeOf<'_>>) {
         let value = self.plan.schedule.value(self.plan.graph.outputs()[o]);
         let held = match (&self.params[p], &self.prepared[p]) {
             (Some(h), _) => Some((h.dtype, h.dims.as_slice())),
@@ -363,6 +366,16 @@ impl<E: Engine> Executable for Executor<E> {
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {
         let (dtype, dims) = (value.dtype(), value.shape().to_vec());
         self.params[index] = Some(Held { buf: self.engine.adopt(value)?, dtype, dims });
+        self.prepared[index] = None;
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// The bytes go straight into a buffer of the engine's.
+    fn set_param_bytes(&mut self, index: usize, dtype: DType, dims: &[usize], bytes: &[u8]) -> Result<()> {
+        let buf = self.engine.alloc(bytes.len())?;
+        self.engine.upload(&buf, 0, bytes)?;
+        self.params[index] = Some(Held { buf, dtype, dims: dims.to_vec() });
         self.prepared[index] = None;
         self.epoch += 1;
         Ok(())

@@ -9,7 +9,7 @@ use crate::error::{Result, RuntimeError};
 use crate::profile::NodeTime;
 use crate::specialize::specialize;
 use crate::tensor::Tensor;
-use rlx_ir::{Graph, Op, ValueId};
+use rlx_ir::{DType, Graph, Op, ValueId};
 use rlx_opt::partition::{Partition, Segment, Source};
 use std::collections::HashMap;
 
@@ -97,6 +97,14 @@ impl Executable for Partitioned {
         self.parts[last].exec.set_param(q_last, value)
     }
 
+    fn set_param_bytes(&mut self, index: usize, dtype: DType, dims: &[usize], bytes: &[u8]) -> Result<()> {
+        let holders: Vec<(usize, usize)> = self.holders(index).collect();
+        for (s, q) in holders {
+            self.parts[s].exec.set_param_bytes(q, dtype, dims, bytes)?;
+        }
+        Ok(())
+    }
+
     fn param(&self, index: usize) -> Result<Option<Tensor>> {
         match self.holders(index).next() {
             Some((s, q)) => self.parts[s].exec.param(q),
@@ -171,7 +179,11 @@ impl Executable for Partitioned {
     }
 
     fn set_profiling(&mut self, on: bool) -> bool {
-        self.parts.iter_mut().fold(true, |all, part| part.exec.set_profiling(on) && all)
+        let mut all = true;
+        for part in &mut self.parts {
+            all &= part.exec.set_profiling(on);
+        }
+        all
     }
 
     /// Each segment's nodes under their ids in the whole graph.

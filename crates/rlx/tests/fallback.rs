@@ -42,15 +42,23 @@ fn a_tiny_bert_runs_across_device_and_host_segments_as_on_the_cpu() {
     let (device, traffic) = subset::session(subset::TRANSFORMER);
     let mut on_cpu = cpu().compile(&bert.graph).unwrap();
     let mut split = device.compile(&bert.graph).unwrap();
-    let partition = split.partition().expect("casts and cumulative sums run on the host");
+    let partition = split.partition().expect("casts and cumulative sums run on the host").clone();
     assert!(partition.segments.iter().any(|s| s.place == Place::Host) && partition.segments.iter().any(|s| s.place == Place::Device));
     assert!(!partition.transfers.is_empty());
     eprint!("{partition}");
+    let before = traffic.bytes();
+    let mut weights = 0;
     for (i, p) in bert.params.iter().enumerate() {
         let t = Tensor::from_vec(random(p.shape.iter().product(), 7 + i as u64, 0.5), &p.shape).unwrap();
-        on_cpu.set_param(&p.name, t.clone()).unwrap();
-        split.set_param(&p.name, t).unwrap();
+        // Borrowed bytes, as from a memory-mapped file: each segment holding it uploads it once.
+        let holders = partition.segments.iter().filter(|s| s.place == Place::Device && s.graph.params().iter().any(|(n, _)| *n == p.name)).count();
+        weights += holders * t.bytes().len();
+        split.set_param_bytes(&p.name, t.dtype(), t.shape(), t.bytes()).unwrap();
+        on_cpu.set_param(&p.name, t).unwrap();
     }
+    assert_eq!(traffic.bytes().0 - before.0, weights);
+    let e = split.set_param_bytes(&bert.params[0].name, rlx_ir::DType::F32, &bert.params[0].shape, &[0u8; 3]).unwrap_err();
+    assert!(e.to_string().contains("elements"), "{e}");
     for (b, s) in [(1, 5), (3, 9)] {
         let ids: Vec<i64> = (0..b * s).map(|i| (i as i64 * 7 + 3) % 50).collect();
         let ids = Tensor::from_vec(ids, &[b, s]).unwrap();
@@ -123,7 +131,7 @@ fn a_training_step_keeps_weights_and_optimizer_state_on_the_device() {
         got.set_param(&p.name, t).unwrap();
     }
     for step in 0..4u64 {
-        let tokens: Vec<i64> = (0..12).map(|i| ((i * 5 + step as i64) % 11) as i64).collect();
+        let tokens: Vec<i64> = (0..12).map(|i| (i * 5 + step as i64) % 11).collect();
         let targets: Vec<i64> = tokens.iter().map(|t| (t + 1) % 11).collect();
         let (tokens, targets) = (Tensor::from_vec(tokens, &[2, 6]).unwrap(), Tensor::from_vec(targets, &[2, 6]).unwrap());
         let batch = [(TOKENS, &tokens), (TARGETS, &targets)];
