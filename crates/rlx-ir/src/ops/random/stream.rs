@@ -154,8 +154,8 @@ pub fn philox_source(target: Target) -> String {
     match target {
         Target::CudaC => format!(
             "__device__ __forceinline__ uint4 rlx_philox4x32_10(uint4 ctr, uint2 key) {{
-    for (int round = 0; round < 10; ++round) {{
-        if (round > 0) {{
+    for (int r = 0; r < 10; ++r) {{
+        if (r > 0) {{
             key.x += {W0:#010x}u;
             key.y += {W1:#010x}u;
         }}
@@ -182,8 +182,8 @@ pub fn philox_source(target: Target) -> String {
 fn rlx_philox4x32_10(ctr: vec4<u32>, key: vec2<u32>) -> vec4<u32> {{
     var c = ctr;
     var k = key;
-    for (var round = 0u; round < 10u; round++) {{
-        if (round > 0u) {{
+    for (var r = 0u; r < 10u; r++) {{
+        if (r > 0u) {{
             k += vec2<u32>({W0:#010x}u, {W1:#010x}u);
         }}
         let hi0 = rlx_mulhi({M0:#010x}u, c.x);
