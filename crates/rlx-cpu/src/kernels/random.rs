@@ -1,98 +1,25 @@
-//! Random numbers and the token sampler (OPS.md §12), from counter-based Philox-4×32-10.
-//!
-//! The ops are functional: each output element is a pure function of the op's attributes and
-//! the element's position, so the same attributes give the same values on every run and on
-//! any number of threads. The stream, exactly:
-//!
-//! - **Generator.** [`philox4x32_10`] (Salmon et al. 2011, Random123's `philox4x32_10`: 10
-//!   rounds, multipliers `0xD2511F53`, `0xCD9E8D57`, Weyl key increments `0x9E3779B9`,
-//!   `0xBB67AE85`). One call maps a 128-bit counter and a 64-bit key to four u32 words.
-//! - **Key.** `[key as u32, (key >> 32) as u32]` from the op's `key` (`Sample`: its `seed`,
-//!   or [`DEFAULT_SEED`] when the seed is 0).
-//! - **Counter of block `b`** (the u64 block number): `[b as u32, (b >> 32) as u32, s, t]`,
-//!   where for `RngNormal`/`RngUniform` `s` is the bit pattern of `op_seed + 0.0` (so −0.0 is
-//!   0.0) and `t = 1` when `op_seed` is present, `s = t = 0` when it is absent; `Sample`
-//!   uses `s = 0, t = 2`. The words `s, t` separate the streams of one key.
-//! - **Uniform element `i`** (row-major position in the output): word `i % 4` of block
-//!   `i / 4`, `u = (word >> 8)·2⁻²⁴ ∈ [0, 1)`; the value is `low + (high − low)·u` computed in
-//!   f64 and rounded to f32, lowered to the largest f32 below `high` if rounding reached it.
-//! - **Normal element `i`**: Box–Muller on the word pair `(w[2p], w[2p+1])`, `p = (i % 4) / 2`,
-//!   of block `i / 4`: `u1 = ((w[2p] >> 8) + 1)·2⁻²⁴ ∈ (0, 1]`, `u2 = (w[2p+1] >> 8)·2⁻²⁴`,
-//!   `r = √(−2 ln u1)`, `z = r·cos(2π·u2)` for even `i` and `r·sin(2π·u2)` for odd `i`, in
-//!   f64; the value is `mean + scale·z` rounded to f32. (|z| ≤ 5.77: the 24-bit `u1` bounds
-//!   the tail.)
-//! - **Sample row `r`** (of the flattened leading axes) draws word `r % 4` of block `r / 4`
-//!   as `u = ((word >> 8) + 1)·2⁻²⁴ ∈ (0, 1]`.
+//! Random numbers and the token sampler (OPS.md §12) over rlx-ir's random stream
+//! ([`rlx_ir::ops::random::stream`]: Philox-4×32-10 blocks, their counters and the maps to
+//! uniform and normal values), which defines the numbers every backend produces. Each output
+//! element is a pure function of the op's attributes and its position, so the same attributes
+//! give the same values on every run and on any number of threads.
 
 use super::PAR_MIN;
 use crate::view::{In, Out};
 use half::{bf16, f16};
 use rayon::prelude::*;
+use rlx_ir::ops::random::stream::{self, Stream};
 use rlx_ir::ops::random::{RngNormal, RngUniform, Sample};
 use rlx_ir::DType;
 
-/// The key `Sample` uses for `seed = 0`.
-pub const DEFAULT_SEED: u64 = 0x005E_ED0F_71C5_5A3D;
-
-/// Philox-4×32 with 10 rounds: the block of four words for `ctr` under `key`.
-pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
-    const M0: u64 = 0xD251_1F53;
-    const M1: u64 = 0xCD9E_8D57;
-    const W0: u32 = 0x9E37_79B9;
-    const W1: u32 = 0xBB67_AE85;
-    let (mut c, mut k) = (ctr, key);
-    for round in 0..10 {
-        if round > 0 {
-            k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
-        }
-        let p0 = M0 * c[0] as u64;
-        let p1 = M1 * c[2] as u64;
-        c = [(p1 >> 32) as u32 ^ c[1] ^ k[0], p1 as u32, (p0 >> 32) as u32 ^ c[3] ^ k[1], p0 as u32];
-    }
-    c
-}
-
-/// One op's stream: its key and the two counter words that tell its streams apart.
-#[derive(Clone, Copy, Debug)]
-struct Stream {
-    key: [u32; 2],
-    tag: [u32; 2],
-}
-
-impl Stream {
-    fn new(key: u64, op_seed: Option<f32>) -> Stream {
-        let tag = match op_seed {
-            Some(s) => [(s + 0.0).to_bits(), 1],
-            None => [0, 0],
-        };
-        Stream { key: [key as u32, (key >> 32) as u32], tag }
-    }
-
-    fn block(&self, b: u64) -> [u32; 4] {
-        philox4x32_10([b as u32, (b >> 32) as u32, self.tag[0], self.tag[1]], self.key)
-    }
-}
-
-const TWO_POW_M24: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// `[0, 1)` from the top 24 bits.
-fn unit(w: u32) -> f64 {
-    (w >> 8) as f64 * TWO_POW_M24
-}
-
-/// `(0, 1]` from the top 24 bits.
-fn unit_open0(w: u32) -> f64 {
-    ((w >> 8) + 1) as f64 * TWO_POW_M24
-}
-
 /// Fills `out` so that element `i` is `f(block(i / 4), i % 4)`, blocks in parallel when large.
-fn fill(out: &mut [f32], s: Stream, f: impl Fn([u32; 4], usize) -> f32 + Sync) {
+fn fill(out: &mut [f32], s: Stream, f: impl Fn(&[u32; 4], usize) -> f32 + Sync) {
     const CHUNK: usize = 4 * 1024;
     let chunk = |(c, ys): (usize, &mut [f32])| {
         for (q, quad) in ys.chunks_mut(4).enumerate() {
             let w = s.block(((c * CHUNK) / 4 + q) as u64);
             for (j, y) in quad.iter_mut().enumerate() {
-                *y = f(w, j);
+                *y = f(&w, j);
             }
         }
     };
@@ -103,39 +30,17 @@ fn fill(out: &mut [f32], s: Stream, f: impl Fn([u32; 4], usize) -> f32 + Sync) {
     }
 }
 
-/// The largest f32 below `x` (finite `x`).
-fn below(x: f32) -> f32 {
-    if x > 0.0 {
-        f32::from_bits(x.to_bits() - 1)
-    } else if x == 0.0 {
-        -f32::from_bits(1)
-    } else {
-        f32::from_bits(x.to_bits() + 1)
-    }
-}
-
-/// `RngUniform`: F32 `out` of i.i.d. `U[low, high)` (the stream in the module docs); an
+/// `RngUniform`: F32 `out` of i.i.d. `U[low, high)` (the stream's uniform elements); an
 /// optional template input is not read.
 pub fn rng_uniform(a: &RngUniform, out: &mut Out) -> Result<(), String> {
-    let (low, high) = (a.low as f64, a.high as f64);
-    fill(out.get::<f32>(), Stream::new(a.key, a.op_seed), |w, j| {
-        let v = (low + (high - low) * unit(w[j])) as f32;
-        if v >= a.high { below(a.high) } else { v }
-    });
+    fill(out.get::<f32>(), Stream::rng(a.key, a.op_seed), |w, j| stream::uniform(a.low, a.high, w, j));
     Ok(())
 }
 
-/// `RngNormal`: F32 `out` of i.i.d. `N(mean, scale²)` (the stream in the module docs); an
+/// `RngNormal`: F32 `out` of i.i.d. `N(mean, scale²)` (the stream's normal elements); an
 /// optional template input is not read.
 pub fn rng_normal(a: &RngNormal, out: &mut Out) -> Result<(), String> {
-    let (mean, scale) = (a.mean as f64, a.scale as f64);
-    fill(out.get::<f32>(), Stream::new(a.key, a.op_seed), |w, j| {
-        let p = j / 2 * 2;
-        let r = (-2.0 * unit_open0(w[p]).ln()).sqrt();
-        let theta = std::f64::consts::TAU * unit(w[p + 1]);
-        let z = if j % 2 == 0 { r * theta.cos() } else { r * theta.sin() };
-        (mean + scale * z) as f32
-    });
+    fill(out.get::<f32>(), Stream::rng(a.key, a.op_seed), |w, j| stream::normal(a.mean, a.scale, w, j));
     Ok(())
 }
 
@@ -189,8 +94,7 @@ pub fn sample(a: &Sample, logits: In, out: &mut Out) -> Result<(), String> {
     if v == 0 {
         return Err("Sample needs a non-empty vocabulary".into());
     }
-    let s = Stream { key: Stream::new(if a.seed == 0 { DEFAULT_SEED } else { a.seed }, None).key, tag: [0, 2] };
-    let draw = |r: usize| unit_open0(s.block((r / 4) as u64)[r % 4]);
+    let draw = |r: usize| stream::sample_draw(a, r as u64);
     let ids = out.get::<i64>();
     macro_rules! rows {
         ($t:ty, $f:expr) => {{
@@ -218,16 +122,6 @@ mod tests {
     use super::*;
     use rlx_ir::Shape;
 
-    #[test]
-    fn philox_matches_random123_known_answers() {
-        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
-        assert_eq!(philox4x32_10([u32::MAX; 4], [u32::MAX; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
-        assert_eq!(
-            philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
-            [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
-        );
-    }
-
     fn uniform(key: u64, op_seed: Option<f32>, n: usize, low: f32, high: f32) -> Vec<f32> {
         let a = RngUniform { low, high, key, op_seed, shape: Some(Shape::of(&[n])) };
         let mut y = vec![0f32; n];
@@ -248,6 +142,18 @@ mod tests {
         let m = x.iter().map(|&v| v as f64).sum::<f64>() / n;
         let c = |k: i32| x.iter().map(|&v| (v as f64 - m).powi(k)).sum::<f64>() / n;
         [m, c(2), c(3), c(4)]
+    }
+
+    #[test]
+    fn kernels_give_the_streams_values() {
+        // Past PAR_MIN and not a whole number of blocks: the threaded path, a partial block.
+        let n = 40_003;
+        let a = RngUniform { low: -1.0, high: 2.0, key: 0x1234_5678_9abc, op_seed: Some(7.0), shape: Some(Shape::of(&[n])) };
+        let got = uniform(a.key, a.op_seed, n, a.low, a.high);
+        assert!(got.iter().enumerate().all(|(i, &v)| v.to_bits() == stream::uniform_at(&a, i as u64).to_bits()));
+        let a = RngNormal { mean: 0.5, scale: 3.0, key: 99, op_seed: None, shape: Some(Shape::of(&[n])) };
+        let got = normal(a.key, n, a.mean, a.scale);
+        assert!(got.iter().enumerate().all(|(i, &v)| v.to_bits() == stream::normal_at(&a, i as u64).to_bits()));
     }
 
     #[test]

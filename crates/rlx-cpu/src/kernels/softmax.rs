@@ -4,7 +4,7 @@
 //! max-subtracted: `softmax = exp(x − m) / Σ exp(x − m)`, `logsumexp = m + ln Σ exp(x − m)`.
 //! The losses see logits as rows `[rows, C]` (the flattened leading axes).
 
-use super::real::Real;
+use super::real::{Real, Scalar};
 use super::reduce::elem::{lanes, Elem};
 use super::PAR_MIN;
 use crate::view::{In, Out};
@@ -85,7 +85,7 @@ where
             return;
         }
         // Lanes are columns of the [l, inner] block: walk it row by row, all columns at once.
-        let mut m = vec![<E::Acc as Real>::of(f64::NEG_INFINITY); inner];
+        let mut m = vec![<E::Acc as Scalar>::of(f64::NEG_INFINITY); inner];
         for row in x.chunks(inner) {
             m.iter_mut().zip(row).for_each(|(m, v)| *m = max_nan(*m, v.load()));
         }

@@ -1,4 +1,10 @@
-//! Elementwise ops and casts (OPS.md §3, backward ops §22).
+//! Elementwise ops and casts (OPS.md §3, backward ops §22), and the activation formulas
+//! every backend computes: [`table`] (written once over [`expr::Scalar`]), [`emit`] (their
+//! CUDA C and WGSL source).
+
+pub mod emit;
+pub mod expr;
+pub mod table;
 
 use super::{Arity, OpDef};
 use crate::{broadcast, DType, Shape, TensorType};

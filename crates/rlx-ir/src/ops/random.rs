@@ -2,8 +2,12 @@
 //!
 //! The ops are functional (JAX-style keys): the same `key`/`op_seed`/`seed` and shape give the
 //! same values on every run, so CSE may merge identical nodes. Values come from counter-based
-//! Philox-4×32 (uniforms from the top 24 bits of a u32, normals by Box–Muller); backends need
-//! not agree bit for bit. None of them is differentiable.
+//! Philox-4×32 (uniforms from the top 24 bits of a u32, normals by Box–Muller) as [`stream`]
+//! specifies, and every backend must produce exactly those numbers: bit for bit for uniforms
+//! and sample draws, for normals up to the last-place rounding of f64 `ln`/`cos`/`sin` (see
+//! [`stream`]). None of them is differentiable.
+
+pub mod stream;
 
 use super::{Arity, OpDef};
 use crate::{DType, Graph, Shape, TensorType, ValueId};

@@ -5,7 +5,7 @@
 //! every head's `D` channels. F16/BF16 go through F32; the tables may have any float dtype.
 
 use super::{through_f32, values_f64};
-use crate::kernels::real::Real;
+use crate::kernels::real::{Real, Scalar};
 use crate::kernels::{by_float, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;

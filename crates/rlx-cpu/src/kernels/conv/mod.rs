@@ -28,8 +28,7 @@ pub use pool::{max_pool3d_backward, max_pool_backward, pool};
 pub use resize::resize_nearest;
 pub use winograd::{Tiling as WinogradTiling, Winograd};
 
-use super::elementwise::{act, gelu_in_place};
-use super::fused::per_act;
+use super::elementwise::{act, gelu_in_place, per_act};
 use super::matmul::{gemm_slice, narrow, sgemm_filled, widen, Epilogue, Layout, Mat, MatMut, OutPtr, PackedB, PAR_FLOPS};
 use super::real::Real;
 use super::{by_size, PAR_MIN};

@@ -21,154 +21,29 @@ use num_complex::Complex32;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::DType;
 
-/// `f(x)` of an activation kind (OPS.md §3 table).
-pub fn act<T: Real>(kind: ActivationKind, x: T) -> T {
-    use ActivationKind::*;
-    let one = T::ONE;
-    let half = T::of(0.5);
-    match kind {
-        Gelu => half * x * (one + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf()),
-        GeluApprox => {
-            let t = (T::of(0.797_884_560_802_865_4) * (x + T::of(0.044715) * x * x * x)).tanh();
-            half * x * (one + t)
-        }
-        Silu => x / (one + (-x).exp()),
-        Relu => if x > T::ZERO { x } else { T::ZERO },
-        Sigmoid => sigmoid(x),
-        Tanh => x.tanh(),
-        Exp => x.exp(),
-        Log => x.ln(),
-        Sqrt => x.sqrt(),
-        Rsqrt => one / x.sqrt(),
-        Neg => -x,
-        Abs => x.abs(),
-        Sin => x.sin(),
-        Cos => x.cos(),
-        Tan => x.tan(),
-        Atan => x.atan(),
-        Recip => one / x,
-        Round => x.round_even(),
-        Floor => x.floor(),
-        Ceil => x.ceil(),
-        Sign => sign(x),
-        Softplus => softplus(x),
-        Elu => if x > T::ZERO { x } else { x.exp() - one },
-        Erf => x.erf(),
-        HardSwish => x * clamp(x + T::of(3.0), T::ZERO, T::of(6.0)) / T::of(6.0),
-        HardSigmoid => clamp(x / T::of(6.0) + half, T::ZERO, one),
-        Mish => x * softplus(x).tanh(),
-        Softsign => x / (one + x.abs()),
-        LogSigmoid => {
-            let m = if x < T::ZERO { x } else { T::ZERO };
-            m - (-x.abs()).exp().ln_1p()
-        }
-    }
-}
+/// `f(x)` and `f′(x)` of an activation kind: rlx-ir's activation table, the one definition
+/// every backend computes (generic over f32 and f64; a constant kind inlines to its formula).
+pub use rlx_ir::ops::elementwise::table::{derivative as act_grad, forward as act};
 
-/// `f′(x)` of an activation kind (OPS.md §3 table).
-pub fn act_grad<T: Real>(kind: ActivationKind, x: T) -> T {
-    use ActivationKind::*;
-    let one = T::ONE;
-    let half = T::of(0.5);
-    match kind {
-        Gelu => {
-            let cdf = half * (one + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf());
-            let pdf = (-(x * x) * half).exp() * T::of(0.398_942_280_401_432_7);
-            cdf + x * pdf
+/// Expands `$body` once per activation kind with `$k` bound to it as a constant, so that
+/// `act($k, x)` inlines to that kind's formula inside the loop the body holds.
+macro_rules! per_act {
+    ($kind:expr, $k:ident => $body:expr) => {{
+        use rlx_ir::ops::elementwise::ActivationKind as A;
+        per_act!(@arms $kind, $k, $body, [Gelu, GeluApprox, Silu, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt,
+            Neg, Abs, Sin, Cos, Tan, Atan, Recip, Round, Floor, Ceil, Sign, Softplus, Elu, Erf, HardSwish,
+            HardSigmoid, Mish, Softsign, LogSigmoid])
+    }};
+    (@arms $kind:expr, $k:ident, $body:expr, [$($name:ident),*]) => {
+        match $kind {
+            $(A::$name => {
+                const $k: A = A::$name;
+                $body
+            })*
         }
-        GeluApprox => {
-            let k = T::of(0.797_884_560_802_865_4);
-            let t = (k * (x + T::of(0.044715) * x * x * x)).tanh();
-            half * (one + t) + half * x * (one - t * t) * k * (one + T::of(0.134145) * x * x)
-        }
-        Silu => {
-            let s = sigmoid(x);
-            s * (one + x * (one - s))
-        }
-        Relu => if x > T::ZERO { one } else { T::ZERO },
-        Sigmoid => {
-            let s = sigmoid(x);
-            s * (one - s)
-        }
-        Tanh => {
-            let t = x.tanh();
-            one - t * t
-        }
-        Exp => x.exp(),
-        Log => one / x,
-        Sqrt => half / x.sqrt(),
-        Rsqrt => -half / (x * x.sqrt()),
-        Neg => -one,
-        Abs => sign(x),
-        Sin => x.cos(),
-        Cos => -x.sin(),
-        Tan => {
-            let t = x.tan();
-            one + t * t
-        }
-        Atan => one / (one + x * x),
-        Recip => -one / (x * x),
-        Round => one,
-        Floor | Ceil | Sign => T::ZERO,
-        Softplus => sigmoid(x),
-        Elu => if x > T::ZERO { one } else { x.exp() },
-        Erf => T::of(std::f64::consts::FRAC_2_SQRT_PI) * (-(x * x)).exp(),
-        HardSwish => {
-            if x < T::of(-3.0) {
-                T::ZERO
-            } else if x > T::of(3.0) {
-                one
-            } else {
-                (T::of(2.0) * x + T::of(3.0)) / T::of(6.0)
-            }
-        }
-        HardSigmoid => if x.abs() < T::of(3.0) { one / T::of(6.0) } else { T::ZERO },
-        Mish => {
-            let sp = softplus(x);
-            let t = sp.tanh();
-            t + x * sigmoid(x) * (one - t * t)
-        }
-        Softsign => {
-            let d = one + x.abs();
-            one / (d * d)
-        }
-        LogSigmoid => sigmoid(-x),
-    }
+    };
 }
-
-fn sigmoid<T: Real>(x: T) -> T {
-    if x >= T::ZERO {
-        T::ONE / (T::ONE + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (T::ONE + e)
-    }
-}
-
-fn softplus<T: Real>(x: T) -> T {
-    let m = if x > T::ZERO { x } else { T::ZERO };
-    m + (-x.abs()).exp().ln_1p()
-}
-
-fn sign<T: Real>(x: T) -> T {
-    if x > T::ZERO {
-        T::ONE
-    } else if x < T::ZERO {
-        -T::ONE
-    } else {
-        x * T::ZERO
-    }
-}
-
-fn clamp<T: Real>(x: T, lo: T, hi: T) -> T {
-    if x < lo {
-        lo
-    } else if x > hi {
-        hi
-    } else {
-        x
-    }
-}
+pub(crate) use per_act;
 
 pub fn activation(kind: ActivationKind, x: In, out: &mut Out) -> Result<(), String> {
     match x.dtype {
@@ -189,14 +64,14 @@ pub fn activation(kind: ActivationKind, x: In, out: &mut Out) -> Result<(), Stri
             Ok(())
         }
         DType::F16 => {
-            par_map(x.get::<f16>(), out.get::<f16>(), |v| f16::from_f32(act(kind, v.to_f32())));
+            per_act!(kind, K => par_map(x.get::<f16>(), out.get::<f16>(), |v| f16::from_f32(act(K, v.to_f32()))));
             Ok(())
         }
         DType::BF16 => {
-            par_map(x.get::<bf16>(), out.get::<bf16>(), |v| bf16::from_f32(act(kind, v.to_f32())));
+            per_act!(kind, K => par_map(x.get::<bf16>(), out.get::<bf16>(), |v| bf16::from_f32(act(K, v.to_f32()))));
             Ok(())
         }
-        _ => by_float!(x.dtype, T => par_map(x.get::<T>(), out.get::<T>(), |v| act(kind, v))),
+        _ => by_float!(x.dtype, T => per_act!(kind, K => par_map(x.get::<T>(), out.get::<T>(), |v| act(K, v)))),
     }
 }
 
@@ -233,7 +108,7 @@ mod num_int {
 }
 
 pub fn activation_backward(kind: ActivationKind, x: In, dy: In, out: &mut Out) -> Result<(), String> {
-    by_float!(x.dtype, T => par_map2(x.get::<T>(), dy.get::<T>(), out.get::<T>(), |v, g| g * act_grad(kind, v)))
+    by_float!(x.dtype, T => per_act!(kind, K => par_map2(x.get::<T>(), dy.get::<T>(), out.get::<T>(), |v, g| g * act_grad(K, v))))
 }
 
 pub fn relu_backward(x: In, dy: In, out: &mut Out) -> Result<(), String> {

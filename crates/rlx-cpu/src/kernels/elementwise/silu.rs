@@ -1,5 +1,7 @@
 //! f32 SiLU `x·σ(x)` as branch-free arithmetic over [`exp_neg`] that the compiler vectorises,
 //! compiled for AVX2 + FMA when present (the scalar form calls libm's `exp` per value).
+//! Relative error below 4e-7 against rlx-ir's activation table in float64 (absolute 2e-36
+//! below −87).
 
 use super::exp_neg;
 
@@ -39,15 +41,15 @@ pub fn silu(x: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rlx_ir::ops::elementwise::{table, ActivationKind};
 
     #[test]
-    fn matches_f64_silu_across_the_range() {
+    fn matches_the_float64_table_across_the_range() {
         let x: Vec<f32> = (0..40_001).map(|i| -100.0 + 200.0 * i as f32 / 40_000.0).chain([0.0, -0.0, 1e-30, -1e-30]).collect();
         let mut got = vec![f32::NAN; x.len()];
         silu(&x, &mut got);
         for (&v, &g) in x.iter().zip(&got) {
-            let v64 = f64::from(v);
-            let want = v64 / (1.0 + (-v64).exp());
+            let want = table::forward(ActivationKind::Silu, f64::from(v));
             assert!((f64::from(g) - want).abs() <= 4e-7 * want.abs() + 2e-36, "silu({v}) = {g}, want {want}");
         }
     }

@@ -1,7 +1,7 @@
 //! `SplineActivation` (KAN Gaussian-RBF activation per channel, OPS.md §3) and its two
 //! gradients (§22). The channel is the last axis of `x`; `coeff` is `[C, G]`.
 
-use crate::kernels::{by_float, real::Real, PAR_MIN};
+use crate::kernels::{by_float, real::{Real, Scalar}, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
 

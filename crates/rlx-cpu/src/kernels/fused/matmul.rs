@@ -1,7 +1,7 @@
 //! `FusedMatMulBiasAct`: `act(x·w + bias)`.
 
-use super::{per_act, Scratch};
-use crate::kernels::elementwise::{act, activation, binary, gelu_in_place};
+use super::Scratch;
+use crate::kernels::elementwise::{act, activation, binary, gelu_in_place, per_act};
 use crate::kernels::matmul::{self, sgemm_prepacked, sgemm_then, Mat, MatMut, PackedB};
 use crate::kernels::PAR_MIN;
 use crate::view::{In, Out};

@@ -19,26 +19,6 @@ pub use swiglu::swiglu;
 use crate::view::{In, Out};
 use rlx_ir::DType;
 
-/// Expands `$body` once per activation kind with `$k` bound to it as a constant, so that
-/// `act($k, x)` inlines to that kind's formula inside the loop the body holds.
-macro_rules! per_act {
-    ($kind:expr, $k:ident => $body:expr) => {{
-        use rlx_ir::ops::elementwise::ActivationKind as A;
-        per_act!(@arms $kind, $k, $body, [Gelu, GeluApprox, Silu, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt,
-            Neg, Abs, Sin, Cos, Tan, Atan, Recip, Round, Floor, Ceil, Sign, Softplus, Elu, Erf, HardSwish,
-            HardSigmoid, Mish, Softsign, LogSigmoid])
-    }};
-    (@arms $kind:expr, $k:ident, $body:expr, [$($name:ident),*]) => {
-        match $kind {
-            $(A::$name => {
-                const $k: A = A::$name;
-                $body
-            })*
-        }
-    };
-}
-pub(crate) use per_act;
-
 /// A scratch tensor of `dtype` and `dims`, for the fallbacks that run the unfused kernels.
 struct Scratch {
     dtype: DType,

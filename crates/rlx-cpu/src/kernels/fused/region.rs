@@ -5,8 +5,7 @@
 //! step as a tight loop over f32 buffers, comparisons as 0/1. Any other chain runs each step
 //! through the standalone elementwise kernels on the block's byte buffers.
 
-use super::per_act;
-use crate::kernels::elementwise::{act, activation, binary, cast, compare, gelu, select, silu};
+use crate::kernels::elementwise::{act, activation, binary, cast, compare, gelu, per_act, select, silu};
 use crate::kernels::real::Real;
 use crate::kernels::{by_size, PAR_MIN};
 use crate::view::{In, Out};

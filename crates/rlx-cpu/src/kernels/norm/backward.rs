@@ -4,7 +4,7 @@
 
 use super::{axis_of, feature_sums, for_blocks, group_layout, moments, rms_scale, through_f32, vector, Lanes};
 use crate::kernels::by_float;
-use crate::kernels::real::Real;
+use crate::kernels::real::{Real, Scalar};
 use crate::view::{In, Out};
 use rlx_ir::ops::norm::{
     BatchNormInferenceBackwardBeta, BatchNormInferenceBackwardGamma, BatchNormInferenceBackwardInput,

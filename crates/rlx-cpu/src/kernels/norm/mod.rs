@@ -13,7 +13,7 @@ mod backward;
 pub use backward::*;
 
 use super::elementwise::cast;
-use super::real::Real;
+use super::real::{Real, Scalar};
 use super::{by_float, PAR_MIN};
 use crate::view::{In, Out};
 use rayon::prelude::*;
