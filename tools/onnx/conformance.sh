@@ -8,14 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=target/onnx
-mkdir -p "$work"
-python=${ONNX_PYTHON:-}
-if [ -z "$python" ]; then
-    [ -x "$work/venv/bin/python" ] || python3 -m venv "$work/venv"
-    "$work/venv/bin/pip" install --quiet onnx==1.23.2 numpy
-    python=$work/venv/bin/python
-fi
-"$python" tools/onnx/onnx_materialize_tests.py --out "$work/tests" > /dev/null
+python=$(bash tools/onnx/materialize.sh)
 profile=${RLX_ONNX_PROFILE:-release}
 cargo build --profile "$profile" -p rlx-cli --bin rlx
 case $profile in release) bin=target/release/rlx ;; *) bin=target/debug/rlx ;; esac
