@@ -1,5 +1,6 @@
 //! Graph state: a `KvAppend` whose cache is a parameter writes that parameter in place, so
-//! the cache persists across runs; checked against a cache kept by hand beside it.
+//! the cache persists across runs; checked against a cache kept by hand beside it. A
+//! recurrent layer whose carry is a parameter has its final state written back into it.
 
 mod common;
 
@@ -107,4 +108,44 @@ fn a_cache_that_is_an_input_is_not_written() {
     write_by_hand(&mut want, &rows_v, 6);
     assert_eq!(out[0].to_vec::<f32>().unwrap(), want);
     assert_eq!(ct.to_vec::<f32>().unwrap(), init);
+}
+
+/// A one-layer GRU over `x [2, 3, 4]` (hidden 5) whose initial state is `h` — a parameter
+/// (carried across runs) or an input (passed by hand).
+fn gru_graph(carried: bool) -> CompiledGraph {
+    use rlx_ir::ops::rnn::Gru;
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::of(DType::F32, &[2, 3, 4]));
+    let h_ty = TensorType::of(DType::F32, &[1, 2, 5]);
+    let h = if carried { g.param("h", h_ty) } else { g.input("h", h_ty) };
+    let w_ih = g.param("w_ih", TensorType::of(DType::F32, &[15, 4]));
+    let w_hh = g.param("w_hh", TensorType::of(DType::F32, &[15, 5]));
+    let b_ih = g.param("b_ih", TensorType::of(DType::F32, &[15]));
+    let b_hh = g.param("b_hh", TensorType::of(DType::F32, &[15]));
+    let attrs = Gru { hidden_size: 5, num_layers: 1, bidirectional: false, carry: true };
+    let out = g.gru(attrs, x, w_ih, w_hh, b_ih, b_hh, Some(h)).unwrap();
+    g.set_outputs(out).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    for (i, (name, dims)) in [("w_ih", vec![15, 4]), ("w_hh", vec![15, 5]), ("b_ih", vec![15]), ("b_hh", vec![15])].into_iter().enumerate() {
+        let n = dims.iter().product();
+        c.set_param(name, Tensor::from_vec(randn(n, 40 + i as u64), &dims).unwrap()).unwrap();
+    }
+    c
+}
+
+#[test]
+fn a_gru_carry_held_as_a_parameter_is_written_back_after_each_run() {
+    let h0 = Tensor::from_vec(randn(10, 7), &[1, 2, 5]).unwrap();
+    let mut carried = gru_graph(true);
+    carried.set_param("h", h0.clone()).unwrap();
+    let mut by_hand = gru_graph(false);
+    let mut h = h0;
+    for step in 0..3 {
+        let x = Tensor::from_vec(randn(24, 100 + step), &[2, 3, 4]).unwrap();
+        let want = by_hand.run(&[("x", &x), ("h", &h)]).unwrap();
+        let got = carried.run(&[("x", &x)]).unwrap();
+        assert_eq!(got, want, "step {step}");
+        h = want[1].clone();
+        assert_eq!(carried.param("h").unwrap(), h, "step {step}: the parameter holds the final state");
+    }
 }
