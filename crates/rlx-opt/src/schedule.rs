@@ -100,7 +100,6 @@ impl Schedule {
         let mut interval_of: Vec<Vec<Option<usize>>> = Vec::with_capacity(g.len());
         let mut params = 0;
         let updated = updated_params(g);
-        let updated_indices = param_indices(g, &updated);
         let mut fixed = vec![false; g.len()];
         for id in g.node_ids() {
             let node = g.node(id);
@@ -158,7 +157,7 @@ impl Schedule {
                 Op::Input(_) => inputs.push(id),
                 Op::Param(_) | Op::Constant(_) => {}
                 _ => {
-                    let weight = weight_of(g, id, &values, prepares).filter(|(_, s)| !matches!(s, Slot::Param(p) if updated_indices.contains(p)));
+                    let weight = weight_of(g, id, &values, prepares).filter(|&(i, _)| !updated.contains(&node.inputs[i].node));
                     let call = Step { node: id, state, weight, write_back };
                     if hoist {
                         hoisted.push(call);
@@ -227,12 +226,6 @@ fn updated_params(g: &Graph) -> Vec<NodeId> {
         }
     }
     out
-}
-
-/// The indices in `Graph::params()` of these `Param` nodes.
-fn param_indices(g: &Graph, updated: &[NodeId]) -> Vec<usize> {
-    let params: Vec<NodeId> = g.params().into_iter().map(|(_, v)| v.node).collect();
-    updated.iter().filter_map(|n| params.iter().position(|p| p == n)).collect()
 }
 
 /// A node's in-place state and write-backs: its first mutated input that is a parameter and

@@ -53,6 +53,11 @@ impl<B> Held<B> {
     fn bytes(&self) -> usize {
         self.dims.iter().product::<usize>() * self.dtype.size()
     }
+
+    /// The whole buffer as an operand.
+    fn arg(&self) -> Arg<'_, B> {
+        Arg { dtype: self.dtype, dims: &self.dims, buf: &self.buf, offset: 0, len: self.bytes() }
+    }
 }
 
 /// A prepared weight with the dtype and dims of the weight it was made from.
@@ -60,6 +65,29 @@ struct Prepared<P> {
     form: P,
     dtype: DType,
     dims: Vec<usize>,
+}
+
+impl<P> Prepared<P> {
+    /// The weight as it was given, in a new buffer.
+    fn unprepare<E: Engine<Prepared = P>>(&self, engine: &E) -> Result<Held<E::Buffer>> {
+        Ok(Held { buf: engine.unprepare(&self.form)?, dtype: self.dtype, dims: self.dims.clone() })
+    }
+}
+
+/// The dtype and dims parameter `p` was set with, held as given or only prepared.
+fn held_type<'a, B, P>(params: &'a [Option<Held<B>>], prepared: &'a [Option<Prepared<P>>], p: usize) -> Option<TypeOf<'a>> {
+    match (&params[p], &prepared[p]) {
+        (Some(h), _) => Some((h.dtype, h.dims.as_slice())),
+        (None, Some(prep)) => Some((prep.dtype, prep.dims.as_slice())),
+        (None, None) => None,
+    }
+}
+
+/// An operand's bytes copied into a host tensor.
+fn to_host<E: Engine>(engine: &E, arg: Arg<'_, E::Buffer>) -> Result<Tensor> {
+    let mut t = Tensor::zeros(arg.dtype, arg.dims);
+    engine.download(arg.buf, arg.offset, t.bytes_mut())?;
+    Ok(t)
 }
 
 /// One concrete set of input shapes: its specialized graph, schedule and memory.
@@ -97,10 +125,6 @@ impl<E: Engine> Executor<E> {
             exec.plan_for(&shapes, &Bindings::new())?;
         }
         Ok(exec)
-    }
-
-    pub fn engine(&self) -> &E {
-        &self.engine
     }
 
     /// The plan for these input dims, made on first use.
@@ -145,10 +169,7 @@ impl<E: Engine> Ran<'_, E> {
     /// Graph output `o` copied to the host.
     fn download(&self, o: usize) -> Result<Tensor> {
         let v = self.plan.graph.outputs()[o];
-        let arg = self.plan.arg(self.params, self.empty, self.plan.schedule.value(v));
-        let mut t = Tensor::zeros(arg.dtype, arg.dims);
-        self.engine.download(arg.buf, arg.offset, t.bytes_mut())?;
-        Ok(t)
+        to_host(self.engine, self.plan.arg(self.params, self.empty, self.plan.schedule.value(v)))
     }
 
     /// Makes graph output `o` the new value of parameter `p`, copied in the engine's memory
@@ -175,12 +196,7 @@ impl<E: Engine> Ran<'_, E> {
     /// The dtype and dims of graph output `o` and of parameter `p`.
     fn types(&self, o: usize, p: usize) -> (TypeOf<'_>, Option<TypeOf<'_>>) {
         let value = self.plan.schedule.value(self.plan.graph.outputs()[o]);
-        let held = match (&self.params[p], &self.prepared[p]) {
-            (Some(h), _) => Some((h.dtype, h.dims.as_slice())),
-            (None, Some(prep)) => Some((prep.dtype, prep.dims.as_slice())),
-            (None, None) => None,
-        };
-        ((value.dtype, value.dims.as_slice()), held)
+        ((value.dtype, value.dims.as_slice()), held_type(self.params, self.prepared, p))
     }
 }
 
@@ -234,7 +250,7 @@ impl<E: Engine> Plan<E> {
     ) -> Result<()> {
         for &p in &self.schedule.unprepared_params {
             if let (None, Some(prep)) = (&params[p], &prepared[p]) {
-                params[p] = Some(Held { buf: engine.unprepare(&prep.form)?, dtype: prep.dtype, dims: prep.dims.clone() });
+                params[p] = Some(prep.unprepare(engine)?);
             }
         }
         self.check_params(params, prepared)?;
@@ -245,7 +261,7 @@ impl<E: Engine> Plan<E> {
                 }
             }
             for i in 0..self.schedule.hoisted.len() {
-                self.launch(engine, params, empty, &self.schedule.hoisted[i])?;
+                self.launch(engine, params, empty, &self.schedule.hoisted[i], None)?;
             }
             self.hoisted_at = Some(epoch);
         }
@@ -257,8 +273,7 @@ impl<E: Engine> Plan<E> {
             match slot {
                 Slot::Param(p) => {
                     if let (None, Some(h)) = (&prepared[p], &params[p]) {
-                        let arg = Arg { dtype: h.dtype, dims: &h.dims, buf: &h.buf, offset: 0, len: h.bytes() };
-                        let form = engine.prepare(&self.graph.node(step.node).op, arg, out_dims)?;
+                        let form = engine.prepare(&self.graph.node(step.node).op, h.arg(), out_dims)?;
                         prepared[p] = form.map(|form| Prepared { form, dtype: h.dtype, dims: h.dims.clone() });
                     }
                     if prepared[p].is_some() && !self.schedule.unprepared_params.contains(&p) {
@@ -279,11 +294,9 @@ impl<E: Engine> Plan<E> {
     fn check_params(&self, params: &[Option<Held<E::Buffer>>], prepared: &[Option<Prepared<E::Prepared>>]) -> Result<()> {
         let names = self.graph.params();
         for (p, (name, v)) in names.iter().enumerate() {
-            let want = &self.schedule.value(*v).dims;
-            let have = match (&params[p], &prepared[p]) {
-                (Some(h), _) => &h.dims,
-                (None, Some(prep)) => &prep.dims,
-                (None, None) => return Err(RuntimeError::MissingParam { name: name.to_string() }),
+            let want = self.schedule.value(*v).dims.as_slice();
+            let Some((_, have)) = held_type(params, prepared, p) else {
+                return Err(RuntimeError::MissingParam { name: name.to_string() });
             };
             if have != want {
                 return Err(RuntimeError::Backend {
@@ -295,12 +308,9 @@ impl<E: Engine> Plan<E> {
         Ok(())
     }
 
-    /// Launches one step (hoisted or scheduled), then its write-backs.
-    fn launch(&self, engine: &E, params: &[Option<Held<E::Buffer>>], empty: &E::Buffer, step: &Step) -> Result<()> {
-        self.launch_with(engine, params, empty, step, None)
-    }
-
-    fn launch_with(&self, engine: &E, params: &[Option<Held<E::Buffer>>], empty: &E::Buffer, step: &Step, prepared: Option<&E::Prepared>) -> Result<()> {
+    /// Launches one step (hoisted or scheduled) with its prepared weight, then its
+    /// write-backs.
+    fn launch(&self, engine: &E, params: &[Option<Held<E::Buffer>>], empty: &E::Buffer, step: &Step, prepared: Option<&E::Prepared>) -> Result<()> {
         let node = self.graph.node(step.node);
         let kernel_error = |msg| RuntimeError::Kernel { op: node.op.kind().to_string(), node: step.node.0, msg };
         let value = |v: &ValueId| self.schedule.value(*v);
@@ -351,7 +361,7 @@ impl<E: Engine> Plan<E> {
                 Some((_, Slot::Const(c))) => self.prepared_consts[c].as_ref(),
                 _ => None,
             };
-            self.launch_with(engine, params, empty, step, weight)?;
+            self.launch(engine, params, empty, step, weight)?;
             if let Some(t) = started {
                 engine.sync()?;
                 self.times[i].0 += 1;
@@ -383,18 +393,11 @@ impl<E: Engine> Executable for Executor<E> {
 
     /// A parameter held only prepared is given back as it was set.
     fn param(&self, index: usize) -> Result<Option<Tensor>> {
-        let held;
-        let h = match (&self.params[index], &self.prepared[index]) {
-            (Some(h), _) => h,
-            (None, Some(prep)) => {
-                held = Held { buf: self.engine.unprepare(&prep.form)?, dtype: prep.dtype, dims: prep.dims.clone() };
-                &held
-            }
-            (None, None) => return Ok(None),
-        };
-        let mut t = Tensor::zeros(h.dtype, &h.dims);
-        self.engine.download(&h.buf, 0, t.bytes_mut())?;
-        Ok(Some(t))
+        match (&self.params[index], &self.prepared[index]) {
+            (Some(h), _) => to_host(&*self.engine, h.arg()).map(Some),
+            (None, Some(prep)) => to_host(&*self.engine, prep.unprepare(&*self.engine)?.arg()).map(Some),
+            (None, None) => Ok(None),
+        }
     }
 
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
