@@ -1,0 +1,47 @@
+//! What the CUDA backend runs natively: the kinds with a kernel here, for the dtypes their
+//! kernels take ([`source::for_node`]); legalization casts or decomposes around the rest and
+//! the session runs what remains on the host.
+
+use crate::source;
+use rlx_ir::{DType, Op, OpKind};
+use rlx_opt::{Claim, Claims};
+
+/// The kinds with a CUDA kernel (for some dtypes), sources included.
+pub const KINDS: &[OpKind] = {
+    use OpKind::*;
+    &[
+        Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
+        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul,
+    ]
+};
+
+/// The CUDA backend's claims.
+pub struct CudaClaims;
+
+impl Claims for CudaClaims {
+    fn kinds(&self) -> &[OpKind] {
+        KINDS
+    }
+
+    fn claim(&self, op: &Op, inputs: &[DType]) -> Claim {
+        match op {
+            Op::Input(_) | Op::Param(_) | Op::Constant(_) => Claim::Native,
+            _ if source::for_node(op, inputs).is_some() => Claim::Native,
+            _ => Claim::No,
+        }
+    }
+
+    fn limits(&self, kind: OpKind) -> Option<&'static str> {
+        use OpKind::*;
+        Some(match kind {
+            Activation | ActivationBackward => "f32, f16, bf16",
+            ReluBackward | Fma => "f32, f64, f16, bf16",
+            Reduce => "floats",
+            MatMul => "f32, f64 (no TF32), f16, bf16 (f32 accumulation)",
+            Binary => "bitwise ops on integers; shifts not",
+            Cast => "not f64 to f16/bf16",
+            Compare | Where | Transpose | Expand | Narrow | Slice | Reverse | Concat | Gather => "no complex, 8/4-bit floats or sub-byte ints",
+            _ => return None,
+        })
+    }
+}

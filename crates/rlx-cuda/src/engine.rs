@@ -1,0 +1,274 @@
+//! The CUDA engine under the shared executor: device memory, copies ordered on the device's
+//! stream, and one launch per step — generated kernels for elementwise, data movement,
+//! gathers and reductions, cuBLAS for products.
+
+use crate::gpu::{driver, error, Gpu};
+use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
+use crate::memory::DevMem;
+use crate::{matmul, source};
+use cudarc::driver::result as cu;
+use rlx_ir::{DType, Op};
+use rlx_runtime::{Arg, Engine, Result};
+use std::sync::Arc;
+
+/// Launches on one device.
+pub struct CudaEngine {
+    pub(crate) gpu: Arc<Gpu>,
+    /// Where kernels report bad data (`[flag, value, bound]`, i64): an out-of-range index.
+    err: DevMem,
+}
+
+impl CudaEngine {
+    pub fn new(gpu: Arc<Gpu>) -> Result<CudaEngine> {
+        let err = DevMem::zeroed(&gpu, 24)?;
+        Ok(CudaEngine { gpu, err })
+    }
+
+    /// After the stream is idle: the first bad index a kernel reported since the last check,
+    /// as an error (and the report cleared).
+    fn check_reports(&self) -> Result<()> {
+        let mut report = [0i64; 3];
+        // SAFETY: `err` holds 24 bytes; the stream is idle, so no kernel writes it now.
+        unsafe { cu::memcpy_dtoh_sync(&mut report, self.err.ptr) }.map_err(driver("reading kernel reports"))?;
+        if report[0] == 0 {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        unsafe { cu::memset_d8_sync(self.err.ptr, 0, 24) }.map_err(driver("clearing kernel reports"))?;
+        Err(error(format!("an index operand held {}, outside [0, {})", report[1], report[2])))
+    }
+
+    /// A generated kernel's function, compiled on first use.
+    fn kernel(&self, source: Option<source::Source>, op: &Op, dtypes: &[DType]) -> std::result::Result<cudarc::driver::sys::CUfunction, String> {
+        let source = source.ok_or_else(|| format!("no CUDA kernel for {} over {dtypes:?}", op.kind()))?;
+        self.gpu.kernels.function(&self.gpu, &source).map_err(|e| e.to_string())
+    }
+
+    /// An elementwise op from its operands (broadcast to the output) into `out`.
+    fn map(&self, source: Option<source::Source>, op: &Op, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> std::result::Result<(), String> {
+        let dtypes: Vec<DType> = ins.iter().map(|a| a.dtype).collect();
+        let f = self.kernel(source, op, &dtypes)?;
+        let mut strides = Vec::with_capacity(ins.len());
+        let mut plain = 0;
+        for (i, a) in ins.iter().enumerate() {
+            if a.dims == out.dims {
+                plain |= 1 << i;
+                strides.push(contiguous(out.dims));
+            } else {
+                strides.push(broadcast(a.dims, out.dims));
+            }
+        }
+        let walk = Walk::new(out.dims, &strides)?;
+        let mut params = vec![Param::Ptr(out.buf.at(out.offset))];
+        params.extend(ins.iter().map(|a| Param::Ptr(a.buf.at(a.offset))));
+        params.extend([Param::I64(numel(out.dims) as i64), Param::Walk(walk), Param::I32(plain)]);
+        elementwise(&self.gpu, f, numel(out.dims), &mut params)
+    }
+
+    /// Moves `dims` elements of `input` into `out`: element `i` of the walk reads
+    /// `in_base + walk(0)` and writes `out_base + walk(1)`.
+    fn strided(&self, op: &Op, input: Arg<'_, DevMem>, out: Arg<'_, DevMem>, dims: &[usize], strides: [Vec<i64>; 2], bases: [i64; 2]) -> std::result::Result<(), String> {
+        let f = self.kernel(source::copy(input.dtype.size()), op, &[input.dtype])?;
+        let walk = Walk::new(dims, &strides)?;
+        let mut params = vec![
+            Param::Ptr(out.buf.at(out.offset)),
+            Param::Ptr(input.buf.at(input.offset)),
+            Param::I64(numel(dims) as i64),
+            Param::Walk(walk),
+            Param::I64(bases[1]),
+            Param::I64(bases[0]),
+        ];
+        elementwise(&self.gpu, f, numel(dims), &mut params)
+    }
+
+    /// Copies `src`'s bytes into `dst` on the stream.
+    fn copy_bytes(&self, src: Arg<'_, DevMem>, dst: Arg<'_, DevMem>) -> std::result::Result<(), String> {
+        if src.len != dst.len {
+            return Err(format!("copying {} bytes into {}", src.len, dst.len));
+        }
+        if src.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie in live allocations (the executor's slots) and do not
+        // overlap; the copy is ordered on the stream.
+        unsafe { cu::memcpy_dtod_async(dst.buf.at(dst.offset), src.buf.at(src.offset), src.len, self.gpu.stream) }.map_err(|e| format!("copying on the device: {e:?}"))
+    }
+
+    /// Runs one claimed op.
+    fn run(&self, op: &Op, ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> std::result::Result<(), String> {
+        let d = |i: usize| ins[i].dtype;
+        let out = outs[0];
+        match op {
+            Op::Activation(a) => self.map(source::activation(a.kind, d(0)), op, ins, out),
+            Op::ActivationBackward(a) => self.map(source::activation_backward(a.kind, d(0)), op, ins, out),
+            Op::ReluBackward(_) => self.map(source::relu_backward(d(0)), op, ins, out),
+            Op::Binary(b) => self.map(source::binary(b.op, d(0)), op, ins, out),
+            Op::Compare(c) => self.map(source::compare(c.op, d(0)), op, ins, out),
+            Op::Where(_) => self.map(source::select(d(0), d(1)), op, ins, out),
+            Op::Fma(_) => self.map(source::fma(d(0)), op, ins, out),
+            Op::Cast(c) => self.map(source::cast(d(0), c.to), op, ins, out),
+            Op::Reshape(_) | Op::StopGradient(_) => self.copy_bytes(ins[0], out),
+            Op::Transpose(t) => {
+                let own = contiguous(ins[0].dims);
+                let read = t.perm.iter().map(|&p| own[p]).collect();
+                self.strided(op, ins[0], out, out.dims, [read, contiguous(out.dims)], [0, 0])
+            }
+            Op::Expand(_) => self.strided(op, ins[0], out, out.dims, [broadcast(ins[0].dims, out.dims), contiguous(out.dims)], [0, 0]),
+            Op::Narrow(n) => {
+                let own = contiguous(ins[0].dims);
+                let base = n.start as i64 * own[n.axis];
+                self.strided(op, ins[0], out, out.dims, [own, contiguous(out.dims)], [base, 0])
+            }
+            Op::Slice(s) => {
+                let mut own = contiguous(ins[0].dims);
+                let base = s.start as i64 * own[s.axis];
+                own[s.axis] *= s.step;
+                self.strided(op, ins[0], out, out.dims, [own, contiguous(out.dims)], [base, 0])
+            }
+            Op::Reverse(r) => {
+                let mut own = contiguous(ins[0].dims);
+                let mut base = 0;
+                for &a in &r.axes {
+                    base += (ins[0].dims[a] as i64 - 1) * own[a];
+                    own[a] = -own[a];
+                }
+                self.strided(op, ins[0], out, out.dims, [own, contiguous(out.dims)], [base, 0])
+            }
+            Op::Concat(c) => {
+                let whole = contiguous(out.dims);
+                let mut at = 0;
+                for input in ins {
+                    let base = at as i64 * whole[c.axis];
+                    self.strided(op, *input, out, input.dims, [contiguous(input.dims), whole.clone()], [0, base])?;
+                    at += input.dims[c.axis];
+                }
+                Ok(())
+            }
+            Op::Gather(g) => {
+                let (table, idx) = (ins[0], ins[1]);
+                let f = self.kernel(source::gather(table.dtype.size(), idx.dtype), op, &[table.dtype, idx.dtype])?;
+                let inner: usize = table.dims[g.axis + 1..].iter().product();
+                let mut params = vec![
+                    Param::Ptr(out.buf.at(out.offset)),
+                    Param::Ptr(table.buf.at(table.offset)),
+                    Param::Ptr(idx.buf.at(idx.offset)),
+                    Param::I64(numel(out.dims) as i64),
+                    Param::I64(inner as i64),
+                    Param::I64(numel(idx.dims) as i64),
+                    Param::I64(table.dims[g.axis] as i64),
+                    Param::Ptr(self.err.ptr),
+                ];
+                elementwise(&self.gpu, f, numel(out.dims), &mut params)
+            }
+            Op::Reduce(r) => {
+                let x = ins[0];
+                let f = self.kernel(source::reduce(r.op, x.dtype), op, &[x.dtype])?;
+                let own = contiguous(x.dims);
+                let split = |reduced: bool| -> (Vec<usize>, Vec<i64>) {
+                    (0..x.dims.len()).filter(|a| r.axes.contains(a) == reduced).map(|a| (x.dims[a], own[a])).unzip()
+                };
+                let ((kept, ks), (red, rs)) = (split(false), split(true));
+                let mut params = vec![
+                    Param::Ptr(out.buf.at(out.offset)),
+                    Param::Ptr(x.buf.at(x.offset)),
+                    Param::I64(numel(&kept) as i64),
+                    Param::Walk(Walk::new(&kept, &[ks])?),
+                    Param::Walk(Walk::new(&red, &[rs])?),
+                    Param::I64(numel(&red) as i64),
+                ];
+                elementwise(&self.gpu, f, numel(&kept), &mut params)
+            }
+            Op::MatMul(_) => matmul::matmul(&self.gpu, ins[0], ins[1], out),
+            _ => Err(format!("{} has no CUDA kernel", op.kind())),
+        }
+    }
+}
+
+/// Elements of a tensor of `dims`.
+pub(crate) fn numel(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+/// Checks that `len` bytes at `offset` lie in a buffer of `size`.
+fn within(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(error(format!("{len} bytes at offset {offset} overrun a device buffer of {size} bytes"))),
+    }
+}
+
+impl Engine for CudaEngine {
+    type Buffer = DevMem;
+    type Prepared = DevMem;
+
+    fn name(&self) -> &'static str {
+        crate::gpu::NAME
+    }
+
+    fn align(&self) -> usize {
+        256
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DevMem> {
+        DevMem::zeroed(&self.gpu, bytes)
+    }
+
+    fn upload(&self, dst: &DevMem, offset: usize, src: &[u8]) -> Result<()> {
+        within(offset, src.len(), dst.len)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        // SAFETY: the range lies in `dst`; from pageable memory the call returns once `src`
+        // has been staged, so the caller may reuse it.
+        unsafe { cu::memcpy_htod_async(dst.at(offset), src, self.gpu.stream) }.map_err(driver("copying to the device"))
+    }
+
+    fn download(&self, src: &DevMem, offset: usize, dst: &mut [u8]) -> Result<()> {
+        within(offset, dst.len(), src.len)?;
+        self.gpu.bind()?;
+        if !dst.is_empty() {
+            // SAFETY: the range lies in `src`; the stream orders the copy after every launch.
+            unsafe { cu::memcpy_dtoh_async(dst, src.at(offset), self.gpu.stream) }.map_err(driver("copying from the device"))?;
+        }
+        self.gpu.sync()?;
+        self.check_reports()
+    }
+
+    fn copy(&self, src: Arg<'_, DevMem>, dst: Arg<'_, DevMem>) -> Result<()> {
+        within(src.offset, src.len, src.buf.len)?;
+        within(dst.offset, dst.len, dst.buf.len)?;
+        self.gpu.bind()?;
+        self.copy_bytes(src, dst).map_err(error)
+    }
+
+    fn unprepare(&self, prepared: &DevMem) -> Result<DevMem> {
+        let copy = self.alloc(prepared.len)?;
+        let whole = |b| Arg { dtype: DType::U8, dims: &[], buf: b, offset: 0, len: prepared.len };
+        self.copy(whole(prepared), whole(&copy))?;
+        Ok(copy)
+    }
+
+    unsafe fn launch(
+        &self,
+        op: &Op,
+        ins: &[Arg<'_, DevMem>],
+        outs: &[Arg<'_, DevMem>],
+        _state: Option<(usize, Arg<'_, DevMem>)>,
+        _prepared: Option<&DevMem>,
+    ) -> std::result::Result<(), String> {
+        self.gpu.bind().map_err(|e| e.to_string())?;
+        self.run(op, ins, outs)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.gpu.sync()?;
+        self.check_reports()
+    }
+
+    fn scope<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        // A failure to bind surfaces from the first call inside, which binds again.
+        let _ = self.gpu.bind();
+        f()
+    }
+}

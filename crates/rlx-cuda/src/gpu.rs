@@ -1,0 +1,96 @@
+//! One CUDA device as the engine uses it: its context, the one stream every launch, copy and
+//! allocation is ordered on, a cuBLAS handle bound to that stream, and the kernels compiled
+//! for it.
+
+use crate::kernels::Kernels;
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::{result as cu, sys, CudaContext, DriverError};
+use rlx_runtime::{Result, RuntimeError};
+use std::sync::Arc;
+
+/// A device opened for rlx.
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: sys::CUstream,
+    pub(crate) blas: blas_sys::cublasHandle_t,
+    pub(crate) kernels: Kernels,
+    /// `sm_XY` of the device, what NVRTC compiles for.
+    pub(crate) arch: String,
+    ordinal: usize,
+}
+
+// SAFETY: the stream and cuBLAS handle are used only with the context bound ([`Gpu::bind`]),
+// and every use is ordered on the one stream; CUDA handles may move between threads.
+unsafe impl Send for Gpu {}
+unsafe impl Sync for Gpu {}
+
+/// The backend's name in errors.
+pub(crate) const NAME: &str = "cuda";
+
+/// A backend error naming the device.
+pub(crate) fn error(msg: impl Into<String>) -> RuntimeError {
+    RuntimeError::Backend { backend: NAME.into(), msg: msg.into() }
+}
+
+/// A driver call's error, saying what was being done.
+pub(crate) fn driver(what: &str) -> impl FnOnce(DriverError) -> RuntimeError + '_ {
+    move |e| error(format!("{what}: {e:?}"))
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: a typed error when there is no driver, no such device, or the
+    /// device cannot be set up; never a panic.
+    pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        // SAFETY: only probes whether the driver library loads.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(error(format!("cuda:{ordinal} was asked for, but no CUDA driver (libcuda) is installed on this machine")));
+        }
+        cu::init().map_err(driver("initialising the CUDA driver"))?;
+        let count = cu::device::get_count().map_err(driver("counting CUDA devices"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(error(format!("cuda:{ordinal} was asked for, but this machine has {count} CUDA device(s)")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver("creating a context"))?;
+        let (major, minor) = ctx.compute_capability().map_err(driver("reading the compute capability"))?;
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking).map_err(driver("creating a stream"))?;
+        let blas = blas::create_handle().map_err(|e| error(format!("creating a cuBLAS handle: {e:?}")))?;
+        // SAFETY: both handles were just created in this context.
+        unsafe { blas::set_stream(blas, stream as _) }.map_err(|e| error(format!("binding cuBLAS to the stream: {e:?}")))?;
+        Ok(Arc::new(Gpu { ctx, stream, blas, kernels: Kernels::default(), arch: format!("sm_{major}{minor}"), ordinal }))
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Makes the device's context current on this thread (cheap when it already is).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver("binding the context"))
+    }
+
+    /// Waits for everything on the stream.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the stream belongs to this context, which is bound.
+        unsafe { cu::stream::synchronize(self.stream) }.map_err(driver("waiting for the stream"))
+    }
+
+    /// `(free, total)` device memory in bytes.
+    pub(crate) fn memory(&self) -> (usize, usize) {
+        self.ctx.mem_get_info().unwrap_or((0, 0))
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if self.bind().is_ok() {
+            // SAFETY: the handles were created in this context and nothing uses them after.
+            unsafe {
+                let _ = cu::stream::synchronize(self.stream);
+                let _ = blas::destroy_handle(self.blas);
+                let _ = cu::stream::destroy(self.stream);
+            }
+        }
+    }
+}

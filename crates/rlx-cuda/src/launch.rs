@@ -1,0 +1,104 @@
+//! Kernel arguments and launches: the strided [`Walk`] the generated kernels index by, and
+//! a grid-stride launch of one thread per element.
+
+use crate::gpu::Gpu;
+use crate::source::RANK;
+use cudarc::driver::{result as cu, sys};
+use std::ffi::c_void;
+
+/// The generated kernels' `struct Walk`: up to [`RANK`] dims of an iteration space and, per
+/// operand, the element stride of each dim (0 where it broadcasts).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Walk {
+    dims: [i64; RANK],
+    strides: [[i64; RANK]; 4],
+    rank: i32,
+}
+
+impl Walk {
+    /// The walk over `dims` with each operand's `strides`, merging dims that every operand
+    /// steps through contiguously and dropping dims of extent 1 (fewer divisions per element;
+    /// ranks above [`RANK`] fit when they merge).
+    pub fn new(dims: &[usize], strides: &[Vec<i64>]) -> Result<Walk, String> {
+        let mut kept: Vec<(i64, Vec<i64>)> = Vec::new();
+        for (d, &extent) in dims.iter().enumerate() {
+            if extent == 1 {
+                continue;
+            }
+            let s: Vec<i64> = strides.iter().map(|st| st[d]).collect();
+            match kept.last_mut() {
+                Some((prev, ps)) if ps.iter().zip(&s).all(|(p, q)| *p == q * extent as i64) => {
+                    *prev *= extent as i64;
+                    *ps = s;
+                }
+                _ => kept.push((extent as i64, s)),
+            }
+        }
+        if kept.len() > RANK {
+            return Err(format!("a walk over {} strided dims; the CUDA kernels take at most {RANK}", kept.len()));
+        }
+        let mut w = Walk { rank: kept.len() as i32, ..Walk::default() };
+        for (d, (extent, s)) in kept.into_iter().enumerate() {
+            w.dims[d] = extent;
+            for (o, stride) in s.into_iter().enumerate() {
+                w.strides[o][d] = stride;
+            }
+        }
+        Ok(w)
+    }
+}
+
+/// Row-major element strides of `dims`.
+pub fn contiguous(dims: &[usize]) -> Vec<i64> {
+    let mut s = vec![0i64; dims.len()];
+    let mut acc = 1i64;
+    for d in (0..dims.len()).rev() {
+        s[d] = acc;
+        acc *= dims[d] as i64;
+    }
+    s
+}
+
+/// Strides that read `dims` broadcast to `out` (NumPy rules, aligned on the right).
+pub fn broadcast(dims: &[usize], out: &[usize]) -> Vec<i64> {
+    let own = contiguous(dims);
+    let lead = out.len() - dims.len();
+    (0..out.len()).map(|d| if d < lead || dims[d - lead] == 1 { 0 } else { own[d - lead] }).collect()
+}
+
+/// One kernel argument, held where the launch can point at it.
+pub enum Param {
+    Ptr(sys::CUdeviceptr),
+    I64(i64),
+    I32(i32),
+    Walk(Walk),
+}
+
+/// Threads per block of the elementwise kernels.
+const BLOCK: u32 = 256;
+
+/// Launches `f` over `n` elements (grid-stride, so any `n` fits), nothing when `n` is 0.
+pub fn elementwise(gpu: &Gpu, f: sys::CUfunction, n: usize, params: &mut [Param]) -> Result<(), String> {
+    if n == 0 {
+        return Ok(());
+    }
+    let blocks = n.div_ceil(BLOCK as usize).min(1 << 20) as u32;
+    grid(gpu, f, (blocks, 1, 1), (BLOCK, 1, 1), 0, params)
+}
+
+/// Launches `f` on the device's stream with this grid, block and dynamic shared memory.
+pub fn grid(gpu: &Gpu, f: sys::CUfunction, grid: (u32, u32, u32), block: (u32, u32, u32), shared: u32, params: &mut [Param]) -> Result<(), String> {
+    let mut ptrs: Vec<*mut c_void> = params
+        .iter_mut()
+        .map(|p| match p {
+            Param::Ptr(v) => v as *mut _ as *mut c_void,
+            Param::I64(v) => v as *mut _ as *mut c_void,
+            Param::I32(v) => v as *mut _ as *mut c_void,
+            Param::Walk(v) => v as *mut _ as *mut c_void,
+        })
+        .collect();
+    // SAFETY: `f` is a loaded kernel whose parameter list the generated source gives in this
+    // order and these types; `ptrs` point into `params`, alive for the call.
+    unsafe { cu::launch_kernel(f, grid, block, shared, gpu.stream, &mut ptrs) }.map_err(|e| format!("launching the kernel: {e:?}"))
+}

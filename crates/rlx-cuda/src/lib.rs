@@ -1,0 +1,68 @@
+//! rlx on NVIDIA GPUs: the shared executor ([`rlx_runtime::Executor`]) over a [`CudaEngine`] —
+//! device memory planned in one arena per plan, copies and launches ordered on one stream,
+//! kernels generated from the IR and compiled with NVRTC, products through cuBLAS.
+//!
+//! The driver, NVRTC and cuBLAS load at run time: the crate builds everywhere, and
+//! [`CudaBackend::new`] says so in a typed error where there is no driver or no such device.
+
+mod claims;
+mod engine;
+mod gpu;
+mod kernels;
+mod launch;
+mod matmul;
+mod memory;
+pub mod source;
+
+pub use claims::{CudaClaims, KINDS};
+pub use engine::CudaEngine;
+pub use gpu::Gpu;
+pub use kernels::compile;
+pub use memory::DevMem;
+
+use rlx_ir::Graph;
+use rlx_opt::claims::input_dtypes;
+use rlx_opt::Claims;
+use rlx_runtime::{Backend, Device, Executable, Executor, Result};
+use std::sync::Arc;
+
+/// A CUDA device as a compilation target.
+pub struct CudaBackend {
+    engine: Arc<CudaEngine>,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` (a typed error without a driver or with no such device).
+    pub fn new(ordinal: usize) -> Result<CudaBackend> {
+        Ok(CudaBackend { engine: Arc::new(CudaEngine::new(Gpu::open(ordinal)?)?) })
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        gpu::NAME
+    }
+
+    fn device(&self) -> Device {
+        Device::Cuda(self.engine.gpu.ordinal())
+    }
+
+    fn claims(&self) -> &dyn Claims {
+        &CudaClaims
+    }
+
+    /// Builds every kernel the graph launches now, so that a kernel that does not compile
+    /// fails here, then plans what is static.
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
+        let gpu = &self.engine.gpu;
+        gpu.bind()?;
+        for node in graph.nodes() {
+            if let Some(sources) = source::for_node(&node.op, &input_dtypes(graph, node)) {
+                for s in &sources {
+                    gpu.kernels.function(gpu, s)?;
+                }
+            }
+        }
+        Ok(Box::new(Executor::new(self.engine.clone(), graph.clone())?))
+    }
+}

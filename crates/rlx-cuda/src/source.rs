@@ -1,0 +1,317 @@
+//! CUDA C for every kernel the backend launches, generated from the op and its dtypes alone
+//! (never from shapes, which arrive as arguments), so one compiled kernel serves every shape.
+//! Each source defines `extern "C" __global__ void k(...)`. Activations and their derivatives
+//! come from the IR's expression table ([`rlx_ir::ops::elementwise::emit`]).
+
+use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::reduce::ReduceOp;
+use rlx_ir::{DType, Op};
+
+/// A kernel's CUDA C and the family it belongs to (for errors).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub name: &'static str,
+    pub code: String,
+}
+
+/// The most axes a strided walk ([`Walk`](crate::launch::Walk)) takes.
+pub const RANK: usize = 8;
+
+/// Shared definitions (first in every source): integer names, the strided walk, f16/bf16 conversions without headers.
+pub const PRELUDE: &str = r#"typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef signed char i8;
+typedef short i16;
+struct Walk { i64 dims[8]; i64 strides[4][8]; int rank; };
+__device__ __forceinline__ i64 walk(const Walk& w, int o, i64 i) {
+    i64 off = 0;
+    for (int d = w.rank - 1; d >= 0; --d) { i64 q = i % w.dims[d]; i /= w.dims[d]; off += q * w.strides[o][d]; }
+    return off;
+}
+__device__ __forceinline__ float bf16_load(u16 h) { return __uint_as_float(((u32)h) << 16); }
+__device__ __forceinline__ u16 bf16_store(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+__device__ __forceinline__ float f16_load(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ u16 f16_store(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#define EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+"#;
+
+/// How a dtype sits in memory and in arithmetic.
+#[derive(Clone, Copy)]
+struct CType {
+    /// The element type in memory.
+    store: &'static str,
+    /// The type arithmetic runs in (`float` for f16/bf16).
+    compute: &'static str,
+    /// Conversion functions between them, for f16/bf16.
+    convert: Option<(&'static str, &'static str)>,
+    float: bool,
+    /// `(min, max)` of an integer type, as C literals.
+    range: Option<(&'static str, &'static str)>,
+}
+
+impl CType {
+    fn load(&self, e: &str) -> String {
+        match self.convert {
+            Some((load, _)) => format!("{load}({e})"),
+            None => e.to_string(),
+        }
+    }
+
+    fn store(&self, e: &str) -> String {
+        match self.convert {
+            Some((_, store)) => format!("{store}({e})"),
+            None => format!("({})({e})", self.store),
+        }
+    }
+}
+
+/// The C form of `d`, or `None` for dtypes the backend keeps off the device (complex, 8/4-bit
+/// floats, sub-byte ints).
+fn ctype(d: DType) -> Option<CType> {
+    let int = |store, min, max| CType { store, compute: store, convert: None, float: false, range: Some((min, max)) };
+    Some(match d {
+        DType::F32 => CType { store: "float", compute: "float", convert: None, float: true, range: None },
+        DType::F64 => CType { store: "double", compute: "double", convert: None, float: true, range: None },
+        DType::F16 => CType { store: "u16", compute: "float", convert: Some(("f16_load", "f16_store")), float: true, range: None },
+        DType::BF16 => CType { store: "u16", compute: "float", convert: Some(("bf16_load", "bf16_store")), float: true, range: None },
+        DType::I8 => int("i8", "-128", "127"),
+        DType::U8 => int("u8", "0", "255"),
+        DType::I16 => int("i16", "-32768", "32767"),
+        DType::U16 => int("u16", "0", "65535"),
+        DType::I32 => int("int", "(-2147483647 - 1)", "2147483647"),
+        DType::U32 => int("u32", "0u", "4294967295u"),
+        DType::I64 => int("i64", "(-9223372036854775807ll - 1)", "9223372036854775807ll"),
+        DType::U64 => int("u64", "0ull", "18446744073709551615ull"),
+        DType::Bool => CType { store: "u8", compute: "u8", convert: None, float: false, range: Some(("0", "1")) },
+        _ => return None,
+    })
+}
+
+/// Whether the elementwise kernels take `d`.
+pub fn supported(d: DType) -> bool {
+    ctype(d).is_some()
+}
+
+/// Whether `d` is f32, f16 or bf16: computed in `float`.
+pub fn single(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// One output element per thread from up to three operands read through the walk (`plain`
+/// bit `o` set: operand `o` has the output's shape and is read at the same index). The
+/// operands load as `a`, `b`, `c` in their compute types; `expr` gives the output's compute
+/// value; `defs` are functions it calls.
+fn map(name: &'static str, out: DType, ins: &[DType], defs: &str, expr: &str) -> Option<Source> {
+    let o = ctype(out)?;
+    let mut params = format!("{}* __restrict__ out", o.store);
+    let mut body = String::new();
+    for (i, &d) in ins.iter().enumerate() {
+        let c = ctype(d)?;
+        let v = ["a", "b", "c"][i];
+        params += &format!(", const {}* __restrict__ in{i}", c.store);
+        body += &format!("        {} {v} = {};\n", c.compute, c.load(&format!("in{i}[(plain >> {i} & 1) ? i : walk(w, {i}, i)]")));
+    }
+    let code = format!(
+        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}, i64 n, Walk w, int plain) {{\n    EACH(i, n) {{\n{body}        out[i] = {};\n    }}\n}}\n",
+        o.store(expr)
+    );
+    Some(Source { name, code })
+}
+
+/// `f(x)` of an activation over a float dtype.
+pub fn activation(kind: ActivationKind, d: DType) -> Option<Source> {
+    single(d).then_some(())?;
+    let f = emit::function(emit::Target::CudaC, "f", &table::forward_expr(kind));
+    map("activation", d, &[d], &f, "f(a)")
+}
+
+/// `ȳ·f′(x)` (inputs `x`, `ȳ`) over a float dtype.
+pub fn activation_backward(kind: ActivationKind, d: DType) -> Option<Source> {
+    single(d).then_some(())?;
+    let f = emit::function(emit::Target::CudaC, "df", &table::derivative_expr(kind));
+    map("activation backward", d, &[d, d], &f, "b * df(a)")
+}
+
+/// `ȳ·1[x > 0]` (inputs `x`, `ȳ`).
+pub fn relu_backward(d: DType) -> Option<Source> {
+    ctype(d)?.float.then_some(())?;
+    map("relu backward", d, &[d, d], "", "a > 0 ? b : 0")
+}
+
+/// `a op b` by OPS.md's rules: integer division and remainder truncate, by zero give 0, and
+/// `MIN / −1` wraps; float max/min propagate NaN; bitwise ops on integers only.
+pub fn binary(op: BinaryOp, d: DType) -> Option<Source> {
+    let c = ctype(d)?;
+    let unsigned = c.range.is_some_and(|r| r.0.starts_with('0'));
+    let expr = match (op, c.float) {
+        (BinaryOp::Add, _) => "a + b".into(),
+        (BinaryOp::Sub, _) => "a - b".into(),
+        (BinaryOp::Mul, _) if d == DType::Bool => "a & b".into(),
+        (BinaryOp::Mul, _) => "a * b".into(),
+        (BinaryOp::Div, true) => "a / b".into(),
+        (BinaryOp::Div, false) if unsigned => "b == 0 ? 0 : a / b".into(),
+        (BinaryOp::Div, false) => format!("b == 0 ? ({t})0 : b == -1 ? ({t})(0ull - (u64)a) : ({t})(a / b)", t = c.compute),
+        (BinaryOp::Mod, true) if d == DType::F64 => "fmod(a, b)".into(),
+        (BinaryOp::Mod, true) => "fmodf(a, b)".into(),
+        (BinaryOp::Mod, false) if unsigned => "b == 0 ? 0 : a % b".into(),
+        (BinaryOp::Mod, false) => format!("(b == 0 || b == -1) ? ({})0 : a % b", c.compute),
+        (BinaryOp::Max, _) => "(a > b || a != a) ? a : b".into(),
+        (BinaryOp::Min, _) => "(a < b || a != a) ? a : b".into(),
+        (BinaryOp::Pow, true) if d == DType::F64 => "pow(a, b)".into(),
+        (BinaryOp::Pow, true) => "powf(a, b)".into(),
+        (BinaryOp::Atan2, true) if d == DType::F64 => "atan2(a, b)".into(),
+        (BinaryOp::Atan2, true) => "atan2f(a, b)".into(),
+        (BinaryOp::BitAnd, false) => "a & b".into(),
+        (BinaryOp::BitOr, false) => "a | b".into(),
+        (BinaryOp::BitXor, false) => "a ^ b".into(),
+        _ => return None,
+    };
+    map("binary", d, &[d, d], "", &expr)
+}
+
+/// `a op b` into Bool, IEEE (only `Ne` holds with a NaN).
+pub fn compare(op: CmpOp, d: DType) -> Option<Source> {
+    let sym = match op {
+        CmpOp::Eq => "==",
+        CmpOp::Ne => "!=",
+        CmpOp::Lt => "<",
+        CmpOp::Le => "<=",
+        CmpOp::Gt => ">",
+        CmpOp::Ge => ">=",
+    };
+    map("compare", DType::Bool, &[d, d], "", &format!("(a {sym} b) ? 1 : 0"))
+}
+
+/// `cond ≠ 0 ? t : f` (inputs `cond`, `t`, `f`).
+pub fn select(cond: DType, d: DType) -> Option<Source> {
+    map("where", d, &[cond, d, d], "", "a != 0 ? b : c")
+}
+
+/// `a·b + c` with one rounding.
+pub fn fma(d: DType) -> Option<Source> {
+    let f = match d {
+        DType::F64 => "fma",
+        d if single(d) => "fmaf",
+        _ => return None,
+    };
+    map("fma", d, &[d, d, d], "", &format!("{f}(a, b, c)"))
+}
+
+/// `Cast` with Rust `as` semantics: floats to integers truncate and saturate (NaN → 0),
+/// integers wrap, anything to Bool is `≠ 0`, floats round to nearest-even.
+pub fn cast(from: DType, to: DType) -> Option<Source> {
+    let (f, t) = (ctype(from)?, ctype(to)?);
+    let expr = match (f.float, t.range) {
+        _ if to == DType::Bool => "a != 0 ? 1 : 0".to_string(),
+        (true, Some((min, max))) => {
+            format!("a != a ? ({s})0 : a <= ({c}){min} ? ({s}){min} : a >= ({c}){max} ? ({s}){max} : ({s})a", s = t.compute, c = f.compute)
+        }
+        _ => format!("({})a", t.compute),
+    };
+    map("cast", to, &[from], "", &expr)
+}
+
+/// Element moves by size (1, 2, 4 or 8 bytes): `out[out_base + walk(1)] = in[in_base +
+/// walk(0)]` — transposes, broadcasts, slices, concatenation pieces, flips.
+pub fn copy(size: usize) -> Option<Source> {
+    let t = match size {
+        1 => "u8",
+        2 => "u16",
+        4 => "u32",
+        8 => "u64",
+        _ => return None,
+    };
+    let code = format!(
+        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, i64 n, Walk w, i64 out_base, i64 in_base) {{\n    EACH(i, n) {{ out[out_base + walk(w, 1, i)] = in[in_base + walk(w, 0, i)]; }}\n}}\n"
+    );
+    Some(Source { name: "copy", code })
+}
+
+/// `Gather` of elements of `size` bytes by integer indices of `index`: `out[o, j, r] =
+/// in[o, idx[j], r]`. An index outside `[0, extent)` writes 0 and reports itself in `err`
+/// (`[flag, index, extent]`), which the engine turns into an error after the run.
+pub fn gather(size: usize, index: DType) -> Option<Source> {
+    let t = ["u8", "u16", "", "u32", "", "", "", "u64"].get(size.checked_sub(1)?).filter(|t| !t.is_empty())?;
+    let i = ctype(index).filter(|c| !c.float && index != DType::Bool)?;
+    let code = format!(
+        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, const {it}* __restrict__ idx, i64 n, i64 inner, i64 count, i64 extent, i64* err) {{
+    EACH(i, n) {{
+        i64 r = i % inner, q = i / inner, j = q % count, o = q / count;
+        i64 at = (i64)idx[j];
+        if (at < 0 || at >= extent) {{
+            if (atomicCAS((unsigned long long*)err, 0ull, 1ull) == 0ull) {{ err[1] = at; err[2] = extent; }}
+            out[i] = 0;
+        }} else {{
+            out[i] = in[(o * extent + at) * inner + r];
+        }}
+    }}
+}}
+",
+        it = i.store
+    );
+    Some(Source { name: "gather", code })
+}
+
+/// `Reduce` of a float dtype, one output element per thread: walk 0 over the output gives
+/// the first input element, walk 1 over the reduced axes the rest; accumulates in `float`
+/// (`double` for f64).
+pub fn reduce(op: ReduceOp, d: DType) -> Option<Source> {
+    let c = ctype(d).filter(|c| c.float)?;
+    let (init, step) = match op {
+        ReduceOp::Sum | ReduceOp::Mean => ("0", "acc += v"),
+        ReduceOp::Prod => ("1", "acc *= v"),
+        ReduceOp::Max => ("-(acc_t)__int_as_float(0x7f800000)", "acc = (v > acc || v != v) ? v : acc"),
+        ReduceOp::Min => ("(acc_t)__int_as_float(0x7f800000)", "acc = (v < acc || v != v) ? v : acc"),
+    };
+    let finish = if op == ReduceOp::Mean { "acc / (acc_t)m" } else { "acc" };
+    let code = format!(
+        "{PRELUDE}typedef {acc} acc_t;
+extern \"C\" __global__ void k({s}* __restrict__ out, const {s}* __restrict__ in, i64 n, Walk kept, Walk red, i64 m) {{
+    EACH(i, n) {{
+        const {s}* base = in + walk(kept, 0, i);
+        acc_t acc = {init};
+        for (i64 r = 0; r < m; ++r) {{ acc_t v = {load}; {step}; }}
+        out[i] = {store};
+    }}
+}}
+",
+        acc = c.compute,
+        s = c.store,
+        load = c.load("base[walk(red, 0, r)]"),
+        store = c.store(finish),
+    );
+    Some(Source { name: "reduce", code })
+}
+
+/// The generated kernels a node of `op` over inputs of `dtypes` launches (empty for byte
+/// copies and cuBLAS products), or `None` when the backend has no kernel for it: what the
+/// claims, the compile-time build and the NVRTC check in CI all read.
+pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
+    let d = |i: usize| dtypes.get(i).copied();
+    let moves = |d: DType| supported(d).then(|| copy(d.size())).flatten().map(|s| vec![s]);
+    match op {
+        Op::Activation(a) => activation(a.kind, d(0)?).map(|s| vec![s]),
+        Op::ActivationBackward(a) => activation_backward(a.kind, d(0)?).map(|s| vec![s]),
+        Op::ReluBackward(_) => relu_backward(d(0)?).map(|s| vec![s]),
+        Op::Binary(b) => binary(b.op, d(0)?).map(|s| vec![s]),
+        Op::Compare(c) => compare(c.op, d(0)?).map(|s| vec![s]),
+        Op::Where(_) => select(d(0)?, d(1)?).map(|s| vec![s]),
+        Op::Fma(_) => fma(d(0)?).map(|s| vec![s]),
+        Op::Cast(c) if d(0)? == DType::F64 && matches!(c.to, DType::F16 | DType::BF16) => None,
+        Op::Cast(c) => cast(d(0)?, c.to).map(|s| vec![s]),
+        Op::Reshape(_) | Op::StopGradient(_) => Some(Vec::new()),
+        Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
+        Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
+        Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
+        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(Vec::new),
+        _ => None,
+    }
+}

@@ -1,0 +1,233 @@
+//! Each native CUDA kernel against the CPU backend on fresh random inputs (f32 within 1e-5
+//! relative, f16/bf16 within their rounding), and the typed errors of a missing device and
+//! bad indices. Every test skips, saying so, on a machine without a CUDA device; the GPU
+//! machine runs them through `tools/gpu/check.sh`.
+
+use rlx_cpu::CpuBackend;
+use rlx_cuda::CudaBackend;
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::reduce::ReduceOp;
+use rlx_ir::{DType, Graph, Shape, TensorType, ValueId};
+use rlx_runtime::{Session, Tensor};
+use std::sync::Arc;
+
+/// A session on cuda:0 with the CPU as host, or `None` (printing why) without a device.
+fn gpu() -> Option<Session> {
+    match CudaBackend::new(0) {
+        Ok(b) => Some(Session::new(Arc::new(b)).with_host(Arc::new(CpuBackend::new()))),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// Seeded values uniform in `[lo, hi)`.
+fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+fn f32_input(g: &mut Graph, name: &str, dims: &[usize]) -> ValueId {
+    g.input(name, TensorType::new(DType::F32, Shape::of(dims)))
+}
+
+/// Runs `g` on the GPU and on the CPU with the same inputs; every output agrees within
+/// `rtol` of the CPU's value (NaNs and infinities exactly). Asserts the whole graph ran on
+/// the device when `native`.
+fn agree(gpu: &Session, g: &Graph, inputs: &[(&str, Tensor)], rtol: f64, native: bool) {
+    let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+    let mut on_gpu = gpu.compile(g).unwrap();
+    if native {
+        assert!(on_gpu.partition().is_none(), "part of the graph ran on the host:\n{}", on_gpu.partition().unwrap());
+    }
+    let got = on_gpu.run(&named).unwrap();
+    let want = Session::new(Arc::new(CpuBackend::new())).compile(g).unwrap().run(&named).unwrap();
+    for (o, (x, y)) in got.iter().zip(&want).enumerate() {
+        assert_eq!((x.dtype(), x.shape()), (y.dtype(), y.shape()), "output {o}");
+        let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
+        let scale = y.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
+            let same = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rtol * b.abs().max(1e-3 * scale);
+            assert!(same, "output {o} element {i}: cuda {a}, cpu {b}");
+        }
+    }
+}
+
+#[test]
+fn a_missing_device_is_a_typed_error() {
+    let Err(e) = CudaBackend::new(99) else { panic!("cuda:99 opened") };
+    let msg = e.to_string();
+    assert!(msg.contains("cuda:99"), "{msg}");
+}
+
+#[test]
+fn activations_and_their_derivatives() {
+    let Some(gpu) = gpu() else { return };
+    for kind in ActivationKind::ALL {
+        let (lo, hi) = if matches!(kind, ActivationKind::Log | ActivationKind::Sqrt | ActivationKind::Rsqrt) { (0.05, 4.0) } else { (-4.0, 4.0) };
+        let mut g = Graph::new();
+        let x = f32_input(&mut g, "x", &[7, 33]);
+        let dy = f32_input(&mut g, "dy", &[7, 33]);
+        let y = g.activation(kind, x).unwrap();
+        let dx = g.activation_backward(kind, x, dy).unwrap();
+        g.set_outputs(vec![y, dx]).unwrap();
+        let xs = Tensor::from_vec(uniform(231, 1, lo, hi), &[7, 33]).unwrap();
+        let dys = Tensor::from_vec(uniform(231, 2, -1.0, 1.0), &[7, 33]).unwrap();
+        agree(&gpu, &g, &[("x", xs), ("dy", dys)], 2e-5, !matches!(kind, ActivationKind::Relu));
+    }
+}
+
+#[test]
+fn binary_ops_broadcast_over_floats_and_integers() {
+    let Some(gpu) = gpu() else { return };
+    use BinaryOp::*;
+    for op in [Add, Sub, Mul, Div, Max, Min, Pow, Mod, Atan2] {
+        let mut g = Graph::new();
+        let a = f32_input(&mut g, "a", &[4, 1, 6]);
+        let b = f32_input(&mut g, "b", &[5, 1]);
+        let y = g.binary(op, a, b).unwrap();
+        g.set_outputs(vec![y]).unwrap();
+        let lo = if op == Pow { 0.1 } else { -3.0 };
+        let inputs = [("a", Tensor::from_vec(uniform(24, 3, lo, 3.0), &[4, 1, 6]).unwrap()), ("b", Tensor::from_vec(uniform(5, 4, -2.0, 2.0), &[5, 1]).unwrap())];
+        agree(&gpu, &g, &inputs, 1e-5, true);
+    }
+    for dtype in [DType::I64, DType::I32] {
+        for op in [Add, Sub, Mul, Div, Mod, Max, Min, BitAnd, BitXor] {
+            let mut g = Graph::new();
+            let a = g.input("a", TensorType::new(dtype, Shape::of(&[3, 8])));
+            let b = g.input("b", TensorType::new(dtype, Shape::of(&[8])));
+            let y = g.binary(op, a, b).unwrap();
+            g.set_outputs(vec![y]).unwrap();
+            let ints = |n, seed| uniform(n, seed, -50.0, 50.0).into_iter().map(|v| v as i64).collect::<Vec<_>>();
+            let (mut av, mut bv) = (ints(24, 5), ints(8, 6));
+            bv[2] = 0;
+            bv[3] = -1;
+            av[3] = i64::MIN;
+            let t = |v: Vec<i64>, dims: &[usize]| match dtype {
+                DType::I32 => Tensor::from_vec(v.into_iter().map(|x| x as i32).collect::<Vec<_>>(), dims).unwrap(),
+                _ => Tensor::from_vec(v, dims).unwrap(),
+            };
+            agree(&gpu, &g, &[("a", t(av, &[3, 8])), ("b", t(bv, &[8]))], 0.0, true);
+        }
+    }
+}
+
+#[test]
+fn compare_select_fma_and_casts() {
+    let Some(gpu) = gpu() else { return };
+    let mut g = Graph::new();
+    let a = f32_input(&mut g, "a", &[6, 10]);
+    let b = f32_input(&mut g, "b", &[10]);
+    let c = f32_input(&mut g, "c", &[6, 10]);
+    let mut outs = Vec::new();
+    for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
+        outs.push(g.compare(op, a, b).unwrap());
+    }
+    let mask = g.compare(CmpOp::Gt, a, b).unwrap();
+    outs.push(g.select(mask, a, c).unwrap());
+    outs.push(g.fma(a, c, c).unwrap());
+    let big = g.binary(BinaryOp::Mul, a, c).unwrap();
+    for to in [DType::I32, DType::I8, DType::U8, DType::I64, DType::BF16, DType::F16, DType::Bool, DType::F64] {
+        outs.push(g.cast(big, to).unwrap());
+    }
+    let back = g.cast(big, DType::I64).unwrap();
+    outs.push(g.cast(back, DType::F32).unwrap());
+    g.set_outputs(outs).unwrap();
+    let mut av = uniform(60, 7, -3e3, 3e3);
+    av[1] = f32::NAN;
+    av[2] = 0.0;
+    let mut bv = uniform(10, 8, -3e3, 3e3);
+    bv[2] = 0.0;
+    let inputs = [
+        ("a", Tensor::from_vec(av, &[6, 10]).unwrap()),
+        ("b", Tensor::from_vec(bv, &[10]).unwrap()),
+        ("c", Tensor::from_vec(uniform(60, 9, -200.0, 200.0), &[6, 10]).unwrap()),
+    ];
+    agree(&gpu, &g, &inputs, 0.0, true);
+}
+
+#[test]
+fn data_movement() {
+    let Some(gpu) = gpu() else { return };
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[3, 4, 5]);
+    let y = f32_input(&mut g, "y", &[3, 2, 5]);
+    let outs = vec![
+        g.transpose(x, &[2, 0, 1]).unwrap(),
+        g.reshape(x, &[12, 5]).unwrap(),
+        g.expand(y, &[2, 3, 2, 5]).unwrap(),
+        g.narrow(x, 1, 1, 2).unwrap(),
+        g.slice(x, 2, 4, 3, -2).unwrap(),
+        g.reverse(x, &[0, 2]).unwrap(),
+        g.concat(&[x, y, x], 1).unwrap(),
+    ];
+    g.set_outputs(outs).unwrap();
+    let inputs = [("x", Tensor::from_vec(uniform(60, 10, -1.0, 1.0), &[3, 4, 5]).unwrap()), ("y", Tensor::from_vec(uniform(30, 11, -1.0, 1.0), &[3, 2, 5]).unwrap())];
+    agree(&gpu, &g, &inputs, 0.0, true);
+}
+
+#[test]
+fn gathers_and_a_bad_index_is_an_error() {
+    let Some(gpu) = gpu() else { return };
+    let mut g = Graph::new();
+    let table = f32_input(&mut g, "table", &[4, 9, 3]);
+    let idx = g.input("idx", TensorType::new(DType::I64, Shape::of(&[2, 5])));
+    let y = g.gather(table, idx, 1).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let t = Tensor::from_vec(uniform(108, 12, -1.0, 1.0), &[4, 9, 3]).unwrap();
+    let good = Tensor::from_vec(vec![0i64, 8, 3, 3, 1, 7, 2, 0, 5, 6], &[2, 5]).unwrap();
+    agree(&gpu, &g, &[("table", t.clone()), ("idx", good)], 0.0, true);
+    let bad = Tensor::from_vec(vec![0i64, 8, 3, 9, 1, 7, 2, 0, 5, 6], &[2, 5]).unwrap();
+    let mut c = gpu.compile(&g).unwrap();
+    let e = c.run(&[("table", &t), ("idx", &bad)]).unwrap_err().to_string();
+    assert!(e.contains("held 9, outside [0, 9)"), "{e}");
+    let fine = Tensor::from_vec(vec![1i64; 10], &[2, 5]).unwrap();
+    c.run(&[("table", &t), ("idx", &fine)]).expect("the report clears after the error");
+}
+
+#[test]
+fn reductions() {
+    let Some(gpu) = gpu() else { return };
+    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+        let mut g = Graph::new();
+        let x = f32_input(&mut g, "x", &[5, 6, 7]);
+        let outs = vec![g.reduce(op, x, &[2], false).unwrap(), g.reduce(op, x, &[0, 2], true).unwrap(), g.reduce(op, x, &[0, 1, 2], false).unwrap()];
+        g.set_outputs(outs).unwrap();
+        let (lo, hi) = if op == ReduceOp::Prod { (0.9, 1.1) } else { (-2.0, 2.0) };
+        agree(&gpu, &g, &[("x", Tensor::from_vec(uniform(210, 13, lo, hi), &[5, 6, 7]).unwrap())], 1e-5, true);
+    }
+}
+
+#[test]
+fn products_batched_broadcast_and_half_precision() {
+    let Some(gpu) = gpu() else { return };
+    for (a_dims, b_dims) in [(vec![33, 70], vec![70, 45]), (vec![3, 8, 16], vec![3, 16, 5]), (vec![2, 1, 4, 16], vec![3, 16, 6]), (vec![4, 7, 16], vec![16, 9])] {
+        let mut g = Graph::new();
+        let a = f32_input(&mut g, "a", &a_dims);
+        let b = f32_input(&mut g, "b", &b_dims);
+        let y = g.matmul(a, b).unwrap();
+        g.set_outputs(vec![y]).unwrap();
+        let ta = Tensor::from_vec(uniform(a_dims.iter().product(), 14, -1.0, 1.0), &a_dims).unwrap();
+        let tb = Tensor::from_vec(uniform(b_dims.iter().product(), 15, -1.0, 1.0), &b_dims).unwrap();
+        agree(&gpu, &g, &[("a", ta), ("b", tb)], 1e-5, true);
+    }
+    for dtype in [DType::BF16, DType::F16] {
+        let mut g = Graph::new();
+        let a = f32_input(&mut g, "a", &[64, 128]);
+        let b = f32_input(&mut g, "b", &[128, 32]);
+        let (a16, b16) = (g.cast(a, dtype).unwrap(), g.cast(b, dtype).unwrap());
+        let y = g.matmul(a16, b16).unwrap();
+        let y = g.cast(y, DType::F32).unwrap();
+        g.set_outputs(vec![y]).unwrap();
+        let inputs = [("a", Tensor::from_vec(uniform(64 * 128, 16, -1.0, 1.0), &[64, 128]).unwrap()), ("b", Tensor::from_vec(uniform(128 * 32, 17, -1.0, 1.0), &[128, 32]).unwrap())];
+        agree(&gpu, &g, &inputs, 2e-2, true);
+    }
+}
