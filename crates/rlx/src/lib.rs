@@ -1,7 +1,8 @@
 //! rlx: an ML compiler and runtime.
 //!
 //! Build a [`Graph`] (or import one), compile it for a [`Device`] with a [`Session`], and run
-//! it on host [`Tensor`]s:
+//! it on host [`Tensor`]s (or submit it on [`DeviceTensor`]s, which stay in the device's
+//! memory between runs):
 //!
 //! ```
 //! use rlx::prelude::*;
@@ -29,14 +30,14 @@ pub use rlx_runtime as runtime;
 pub use rlx_train as train;
 
 pub use rlx_ir::{DType, Dim, Graph, Op, OpKind, Shape, TensorType, ValueId};
-pub use rlx_runtime::{CompileOptions, CompiledGraph, Device, RuntimeError, Tensor};
+pub use rlx_runtime::{CompileOptions, CompiledGraph, Device, DeviceTensor, RuntimeError, Tensor};
 
 use rlx_runtime::Backend;
 use std::sync::Arc;
 
 /// Everything a typical program needs.
 pub mod prelude {
-    pub use crate::{CompileOptions, CompiledGraph, DType, Device, Dim, Graph, Session, Shape, Tensor, TensorType, ValueId};
+    pub use crate::{CompileOptions, CompiledGraph, DType, Device, DeviceTensor, Dim, Graph, Session, Shape, Tensor, TensorType, ValueId};
     pub use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 }
 
