@@ -16,6 +16,7 @@ use crate::tensor::Tensor;
 use rlx_ir::{DType, Graph, Op, ValueId};
 use rlx_opt::partition::{Partition, Place, Segment, Source};
 use std::borrow::Cow;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 /// One compiled segment with its parameters' indices in the whole graph.
@@ -111,7 +112,7 @@ impl Partitioned {
     /// in-place updates `(segment output, segment parameter)`.
     fn run_parts(&mut self, values: &mut Values<'_>, bindings: &Bindings, local: &[Vec<(usize, usize)>]) -> Result<()> {
         let inputs: Vec<ValueId> = self.graph.inputs().iter().map(|(_, v)| *v).collect();
-        for s in 0..self.parts.len() {
+        for (s, updates) in local.iter().enumerate() {
             let keeper = self.keeper();
             let keys: Vec<ValueId> = self.parts[s]
                 .segment
@@ -126,7 +127,7 @@ impl Partitioned {
                 Place::Device => {
                     let ins = keys.iter().map(|k| Ok(read(values, k).on_device(keeper)?.clone())).collect::<Result<Vec<_>>>()?;
                     let ins: Vec<&DeviceTensor> = ins.iter().collect();
-                    let outs = self.parts[s].exec.submit_updating(&ins, bindings, &local[s])?;
+                    let outs = self.parts[s].exec.submit_updating(&ins, bindings, updates)?;
                     outs.into_iter().map(|d| Crossing::Device(d, None)).collect()
                 }
                 Place::Host => {
@@ -134,11 +135,11 @@ impl Partitioned {
                         read(values, k).on_host(keeper)?;
                     }
                     let ins: Vec<&Tensor> = keys.iter().map(|k| values[k].host().expect("brought to the host above")).collect();
-                    let outs = self.parts[s].exec.run_updating(&ins, bindings, &local[s])?;
+                    let outs = self.parts[s].exec.run_updating(&ins, bindings, updates)?;
                     outs.into_iter().map(|t| Crossing::Host(Cow::Owned(t), None)).collect()
                 }
             };
-            let kept = self.parts[s].segment.outputs.iter().enumerate().filter(|(o, _)| !local[s].iter().any(|u| u.0 == *o)).map(|(_, v)| *v);
+            let kept = self.parts[s].segment.outputs.iter().enumerate().filter(|(o, _)| !updates.iter().any(|u| u.0 == *o)).map(|(_, v)| *v);
             values.extend(kept.zip(made));
         }
         Ok(())
@@ -186,9 +187,8 @@ impl Partitioned {
             if locally(o) {
                 continue;
             }
-            if !values.contains_key(&v) {
-                let t = self.unmade(v)?;
-                values.insert(v, Crossing::Host(Cow::Owned(t), None));
+            if let Entry::Vacant(e) = values.entry(v) {
+                e.insert(Crossing::Host(Cow::Owned(self.unmade(v)?), None));
             }
             match global.iter().find(|u| u.0 == o) {
                 Some(&(_, p)) => {

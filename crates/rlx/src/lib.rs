@@ -16,6 +16,12 @@
 //! let x = Tensor::from_vec(vec![-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0], &[2, 3])?;
 //! let out = compiled.run(&[("x", &x)])?;
 //! assert_eq!(out[0].to_vec::<f32>()?, vec![0.0, 2.0, 0.0, 4.0, 5.0, 0.0]);
+//!
+//! // The same on device values: runs queue without waiting; `download` waits for them.
+//! let on_device = compiled.upload(&x)?;
+//! let y = compiled.submit(&[("x", &on_device)])?;
+//! let z = compiled.submit(&[("x", &y[0])])?;
+//! assert_eq!(compiled.download(&z[0])?, out[0]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -3,6 +3,8 @@
 //! another memory and ill-typed inputs are typed errors, and a partitioned graph keeps the
 //! values between its device segments on the device. Results equal the CPU's `run` bit for bit.
 
+// Shared with fallback.rs, which uses all of it.
+#[allow(dead_code)]
 mod subset;
 
 use rlx_cpu::CpuBackend;
