@@ -20,7 +20,7 @@ pub struct Memory {
 
 impl Memory {
     /// The memory of `engine`'s buffers.
-    pub fn of<E: Engine>(engine: &E) -> Memory {
+    pub(crate) fn of<E: Engine>(engine: &E) -> Memory {
         Memory { backend: engine.name(), id: engine.memory(), buffer: TypeId::of::<E::Buffer>() }
     }
 }
@@ -33,7 +33,8 @@ impl fmt::Display for Memory {
 
 /// A tensor in a backend's memory: a dtype, dims and one buffer of the backend's holding the
 /// row-major bytes from offset 0. Clones share the buffer; a value is never written after it
-/// is made, so it stays valid however many runs read it.
+/// is made, so it stays valid however many runs read it. Only the executor makes them, so a
+/// buffer always holds its value's bytes.
 #[derive(Clone)]
 pub struct DeviceTensor {
     dtype: DType,
@@ -44,7 +45,7 @@ pub struct DeviceTensor {
 
 impl DeviceTensor {
     /// `buf` (of `memory`'s buffer type) holding a `dtype` tensor of `dims`.
-    pub fn new<B: Send + Sync + 'static>(memory: Memory, dtype: DType, dims: &[usize], buf: B) -> DeviceTensor {
+    pub(crate) fn new<B: Send + Sync + 'static>(memory: Memory, dtype: DType, dims: &[usize], buf: B) -> DeviceTensor {
         DeviceTensor { dtype, dims: dims.to_vec(), memory, buf: Arc::new(buf) }
     }
 
@@ -77,7 +78,7 @@ impl DeviceTensor {
 
     /// Its buffer, when it lives in `memory` (whose buffers are `B`s); `what` names the value
     /// in the error otherwise.
-    pub fn buffer<B: 'static>(&self, memory: Memory, what: &str) -> Result<&B> {
+    pub(crate) fn buffer<B: 'static>(&self, memory: Memory, what: &str) -> Result<&B> {
         let foreign = || RuntimeError::ForeignValue { what: what.into(), expected: memory.to_string(), got: self.memory.to_string() };
         if self.memory != memory {
             return Err(foreign());
