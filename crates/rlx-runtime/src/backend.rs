@@ -1,6 +1,7 @@
 //! The interface every backend implements.
 
 use crate::compiled::Bindings;
+use crate::device_tensor::{DeviceTensor, Memory};
 use crate::error::Result;
 use crate::profile::NodeTime;
 use crate::tensor::Tensor;
@@ -63,7 +64,8 @@ pub trait Executable: Send {
     fn param(&self, index: usize) -> Result<Option<Tensor>>;
 
     /// Runs with the inputs in `Graph::inputs()` order (types checked, symbols bound) and
-    /// returns the graph's outputs.
+    /// returns the graph's outputs: the simple path, which waits for the results; it does what
+    /// `upload`, `submit` and `download` do together, without the device values between.
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>>;
 
     /// Runs, then makes each output `o` of `updates` (`(output, parameter index)`) the new
@@ -79,6 +81,30 @@ pub trait Executable: Send {
         }
         Ok(kept)
     }
+
+    /// The memory its device values live in.
+    fn memory(&self) -> Memory;
+
+    /// `t` copied into a value of this executable's memory.
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor>;
+
+    /// `value` copied to the host, once the work issued before has completed.
+    fn download(&self, value: &DeviceTensor) -> Result<Tensor>;
+
+    /// Issues a run on device values (in `Graph::inputs()` order, types checked, symbols
+    /// bound) and returns its outputs without waiting for them: they are ready after `sync`,
+    /// and `download` or a later run reads them in order.
+    fn submit(&mut self, inputs: &[&DeviceTensor], bindings: &Bindings) -> Result<Vec<DeviceTensor>> {
+        self.submit_updating(inputs, bindings, &[])
+    }
+
+    /// [`Executable::submit`] that makes each output `o` of `updates` (`(output, parameter
+    /// index)`) the new value of its parameter, as [`Executable::run_updating`] does, returning
+    /// the other outputs in order.
+    fn submit_updating(&mut self, inputs: &[&DeviceTensor], bindings: &Bindings, updates: &[(usize, usize)]) -> Result<Vec<DeviceTensor>>;
+
+    /// Waits until every run and copy issued so far has completed.
+    fn sync(&self) -> Result<()>;
 
     /// Bytes of working memory (activations, inputs and outputs; not parameters or constants)
     /// that `run` plans for inputs of these shapes, or `None` for a backend without one planned

@@ -1,6 +1,7 @@
 //! A compiled graph: checks what the user passes, then hands it to the backend executable.
 
 use crate::backend::Executable;
+use crate::device_tensor::DeviceTensor;
 use crate::error::{Result, RuntimeError};
 use crate::profile::Profile;
 use crate::tensor::Tensor;
@@ -113,17 +114,70 @@ impl CompiledGraph {
     /// (`(output index, parameter name)`): a training step's weights and optimizer state stay
     /// with the compiled graph. Returns the outputs not consumed by an update, in order.
     pub fn run_updating(&mut self, inputs: &[(&str, &Tensor)], updates: &[(usize, &str)]) -> Result<Vec<Tensor>> {
-        let targets = updates.iter().map(|(o, name)| Ok((*o, self.param_index(name)?))).collect::<Result<Vec<_>>>()?;
-        let (ordered, bindings) = self.bind(inputs)?;
+        let targets = self.targets(updates)?;
+        let (ordered, bindings) = self.bind(inputs, |t| (t.dtype(), t.shape()))?;
         self.check_params_set()?;
         self.exec.run_updating(&ordered, &bindings, &targets)
     }
 
-    /// Runs the graph on named inputs; outputs come in the graph's output order.
+    /// Runs the graph on named inputs and waits for its outputs, which come in the graph's
+    /// output order: the simple path. [`CompiledGraph::submit`] keeps values on the device.
     pub fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>> {
-        let (ordered, bindings) = self.bind(inputs)?;
+        let (ordered, bindings) = self.bind(inputs, |t| (t.dtype(), t.shape()))?;
         self.check_params_set()?;
         self.exec.run(&ordered, &bindings)
+    }
+
+    /// `t` copied into the backend's memory, as an input for [`CompiledGraph::submit`] (of this
+    /// graph or any other compiled for the same device).
+    pub fn upload(&self, t: &Tensor) -> Result<DeviceTensor> {
+        self.exec.upload(t)
+    }
+
+    /// `value` copied to the host, once the runs submitted before have completed.
+    pub fn download(&self, value: &DeviceTensor) -> Result<Tensor> {
+        self.exec.download(value)
+    }
+
+    /// Issues a run on named device values, checked as [`CompiledGraph::run`] checks its
+    /// inputs, and returns its outputs without waiting: they are ready after
+    /// [`CompiledGraph::sync`], and `download` or another submitted run reads them in order.
+    /// Outputs can be fed straight into this or another graph of the same device.
+    pub fn submit(&mut self, inputs: &[(&str, &DeviceTensor)]) -> Result<Vec<DeviceTensor>> {
+        self.submit_updating(inputs, &[])
+    }
+
+    /// [`CompiledGraph::submit`] that makes each output listed in `updates` the new value of
+    /// its parameter, as [`CompiledGraph::run_updating`] does: a training or decode loop that
+    /// stays on the device.
+    pub fn submit_updating(&mut self, inputs: &[(&str, &DeviceTensor)], updates: &[(usize, &str)]) -> Result<Vec<DeviceTensor>> {
+        let targets = self.targets(updates)?;
+        let (ordered, bindings) = self.bind(inputs, |v| (v.dtype(), v.shape()))?;
+        let memory = self.exec.memory();
+        for ((name, _), v) in self.inputs.iter().zip(&ordered) {
+            if v.memory() != memory {
+                return Err(RuntimeError::ForeignValue { what: format!("input `{name}`"), expected: memory.to_string(), got: v.memory().to_string() });
+            }
+        }
+        self.check_params_set()?;
+        self.exec.submit_updating(&ordered, &bindings, &targets)
+    }
+
+    /// Waits until every run submitted so far has completed.
+    pub fn sync(&self) -> Result<()> {
+        self.exec.sync()
+    }
+
+    /// `updates` as `(output index, parameter index)`, each output one the graph has.
+    fn targets(&self, updates: &[(usize, &str)]) -> Result<Vec<(usize, usize)>> {
+        let count = self.graph.outputs().len();
+        updates
+            .iter()
+            .map(|&(o, name)| match o < count {
+                true => Ok((o, self.param_index(name)?)),
+                false => Err(RuntimeError::UnknownOutput { index: o, count }),
+            })
+            .collect()
     }
 
     fn check_params_set(&self) -> Result<()> {
@@ -136,7 +190,7 @@ impl CompiledGraph {
     /// The working memory the backend plans for a run on these inputs (see
     /// [`Executable::arena_bytes`]); planning needs their shapes only, not parameters.
     pub fn arena_bytes(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Option<usize>> {
-        let (ordered, bindings) = self.bind(inputs)?;
+        let (ordered, bindings) = self.bind(inputs, |t| (t.dtype(), t.shape()))?;
         self.exec.arena_bytes(&ordered, &bindings)
     }
 
@@ -151,9 +205,9 @@ impl CompiledGraph {
         Profile { nodes: self.exec.profile() }
     }
 
-    /// The named inputs in `Graph::inputs()` order, checked against their types, with the
-    /// symbols they bind.
-    fn bind<'t>(&self, inputs: &[(&str, &'t Tensor)]) -> Result<(Vec<&'t Tensor>, Bindings)> {
+    /// The named inputs (host tensors or device values, whose dtype and dims `ty` reads) in
+    /// `Graph::inputs()` order, checked against their types, with the symbols they bind.
+    fn bind<'t, T>(&self, inputs: &[(&str, &'t T)], ty: impl Fn(&T) -> (DType, &[usize])) -> Result<(Vec<&'t T>, Bindings)> {
         for (name, _) in inputs {
             if !self.inputs.iter().any(|(n, _)| n == name) {
                 let known = self.inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
@@ -163,19 +217,20 @@ impl CompiledGraph {
         let mut ordered = Vec::with_capacity(self.inputs.len());
         let mut bindings = Bindings::new();
         let mut origin: BTreeMap<String, String> = BTreeMap::new();
-        for (name, ty) in &self.inputs {
+        for (name, expected) in &self.inputs {
             let mut given = inputs.iter().filter(|(n, _)| n == name);
             let t = given.next().ok_or_else(|| RuntimeError::MissingInput { name: name.clone() })?.1;
             if given.next().is_some() {
                 return Err(RuntimeError::DuplicateInput { name: name.clone() });
             }
             let mut local = Bindings::new();
-            if !matches_static(ty, t.dtype(), t.shape(), &mut local) {
+            let (dtype, dims) = ty(t);
+            if !matches_static(expected, dtype, dims, &mut local) {
                 return Err(RuntimeError::TypeMismatch {
                     what: "input",
                     name: name.clone(),
-                    expected: ty.clone(),
-                    got: t.ty().to_string(),
+                    expected: expected.clone(),
+                    got: TensorType::of(dtype, dims).to_string(),
                 });
             }
             for (sym, size) in local {

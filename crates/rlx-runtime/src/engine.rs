@@ -30,6 +30,18 @@ impl<B> Copy for Arg<'_, B> {}
 /// Buffers are shared (`&Buffer`) even when written: the executor guarantees that a launch's
 /// outputs and in-place state never overlap each other or its inputs (see [`Engine::launch`]),
 /// as device memory is addressed by pointers, not borrows.
+///
+/// # Ordering
+/// An engine whose work is asynchronous (a CUDA stream, a wgpu queue) may return from
+/// `alloc`, `upload`, `copy`, `prepare`, `unprepare` and `launch` before the work is done, but
+/// the work must take effect in the order it was issued, as if each piece finished before the
+/// next began: a launch sees every earlier upload, copy and launch, and an upload or copy into
+/// memory that an earlier launch reads waits for it. `upload` has finished reading `src` when
+/// it returns (it may stage the bytes); `download` returns once `dst` holds the bytes, so after
+/// all earlier work; `sync` returns once everything issued so far has completed. A buffer
+/// dropped while issued work still uses it stays valid until that work completes (a
+/// stream-ordered free). The executor's `submit` issues a whole run without waiting, so runs
+/// queue back to back; its `run` waits only in its downloads.
 pub trait Engine: Send + Sync + 'static {
     /// Memory the backend owns (host memory for the CPU, device memory for a GPU).
     type Buffer: Send + Sync + 'static;
@@ -38,6 +50,14 @@ pub trait Engine: Send + Sync + 'static {
 
     /// The backend's name, for errors.
     fn name(&self) -> &'static str;
+
+    /// Which memory the buffers live in: engines with the same `Buffer` type and `memory` read
+    /// each other's buffers, so values pass between graphs compiled for the same device. The
+    /// default suits memory that every engine of the type reads (host memory); an engine per
+    /// device or context gives each its own number.
+    fn memory(&self) -> u64 {
+        0
+    }
 
     /// Alignment in bytes of every arena offset (a power of two).
     fn align(&self) -> usize;
@@ -93,7 +113,7 @@ pub trait Engine: Send + Sync + 'static {
         prepared: Option<&Self::Prepared>,
     ) -> std::result::Result<(), String>;
 
-    /// Waits until every launch so far has completed.
+    /// Waits until everything issued so far has completed.
     fn sync(&self) -> Result<()> {
         Ok(())
     }

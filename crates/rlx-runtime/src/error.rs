@@ -18,6 +18,8 @@ pub enum RuntimeError {
     DuplicateInput { name: String },
     #[error("no parameter named `{name}`; the graph's parameters are: {known}")]
     UnknownParam { name: String, known: String },
+    #[error("no output {index}; the graph has {count}")]
+    UnknownOutput { index: usize, count: usize },
     #[error("parameter `{name}` has not been set")]
     MissingParam { name: String },
     #[error("{what} `{name}`: expected {expected}, got {got}")]
@@ -35,6 +37,8 @@ pub enum RuntimeError {
         second: usize,
         second_from: String,
     },
+    #[error("{what} is a value in {got}, but this graph's values live in {expected}")]
+    ForeignValue { what: String, expected: String, got: String },
     #[error("tensor of dtype {actual} read as {requested}")]
     DTypeMismatch { requested: DType, actual: DType },
     #[error("shape {shape:?} holds {expected} elements, but {got} were given")]

@@ -1,6 +1,11 @@
 //! The executor every backend runs on: per concrete input shape, a [`Schedule`] (planned by
 //! rlx-opt) over one arena of the backend's memory; runs do no shape work and no allocation
-//! beyond their host outputs. The backend supplies only an [`Engine`].
+//! beyond their outputs. The backend supplies only an [`Engine`].
+//!
+//! Inputs go into the arena and outputs come out of it: `run` uploads host tensors and
+//! downloads the results; `submit` copies device values in and out within the engine's
+//! memory (outputs into buffers of their own, so they outlive the next run) and waits for
+//! nothing.
 //!
 //! Weights: a parameter or constant operand that the engine takes prepared
 //! ([`Engine::prepared_operand`]) is laid out once, on first use — per parameter across plans,
@@ -14,6 +19,7 @@
 //! outputs the new values of parameters with a copy in the backend's memory.
 
 use crate::compiled::Bindings;
+use crate::device_tensor::{DeviceTensor, Memory};
 use crate::engine::{Arg, Engine};
 use crate::error::{Result, RuntimeError};
 use crate::profile::NodeTime;
@@ -90,6 +96,22 @@ fn to_host<E: Engine>(engine: &E, arg: Arg<'_, E::Buffer>) -> Result<Tensor> {
     Ok(t)
 }
 
+/// An input of one run: a host tensor to upload, or a buffer of the engine's (holding a value
+/// of these dims) to copy.
+enum Feed<'a, B> {
+    Host(&'a Tensor),
+    Device(&'a B, &'a [usize]),
+}
+
+impl<B> Feed<'_, B> {
+    fn dims(&self) -> &[usize] {
+        match self {
+            Feed::Host(t) => t.shape(),
+            Feed::Device(_, dims) => dims,
+        }
+    }
+}
+
 /// One concrete set of input shapes: its specialized graph, schedule and memory.
 struct Plan<E: Engine> {
     graph: Graph,
@@ -136,20 +158,55 @@ impl<E: Engine> Executor<E> {
         Ok(self.plans.get_mut(dims).expect("plan was just inserted"))
     }
 
-    /// Runs the plan for `inputs`, leaving results in the plan's memory, where `after` reads
-    /// them (and may copy them into parameters) before the next run.
-    fn run_with<R: Send>(&mut self, inputs: &[&Tensor], bindings: &Bindings, after: impl FnOnce(&mut Ran<'_, E>) -> Result<R> + Send) -> Result<R> {
-        let dims: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    /// Runs the plan for `inputs`, makes each output `o` of `updates` (`(output, parameter)`)
+    /// the new value of its parameter, and gives every other output, in order, as `out` reads
+    /// it from the plan's memory.
+    fn run_with<R: Send>(
+        &mut self,
+        inputs: &[Feed<'_, E::Buffer>],
+        bindings: &Bindings,
+        updates: &[(usize, usize)],
+        out: impl Fn(&Ran<'_, E>, usize) -> Result<R> + Sync,
+    ) -> Result<Vec<R>> {
+        let dims: Vec<Vec<usize>> = inputs.iter().map(|f| f.dims().to_vec()).collect();
         let engine = self.engine.clone();
         self.plan_for(&dims, bindings)?;
+        self.check_updates(&self.plans[&dims], updates)?;
         let Executor { plans, params, prepared, empty, profiling, epoch, .. } = self;
         let plan = plans.get_mut(&dims).expect("plan was made above");
-        let (profiling, epoch) = (*profiling, *epoch);
-        engine.scope(|| {
-            plan.hold_weights(&engine, params, prepared, empty, epoch)?;
+        let (profiling, at) = (*profiling, *epoch);
+        let outputs = engine.scope(|| {
+            plan.hold_weights(&engine, params, prepared, empty, at)?;
             plan.run(&engine, params, prepared, empty, inputs, profiling)?;
-            after(&mut Ran { engine: &engine, plan, params, prepared, empty })
-        })
+            let mut ran: Ran<'_, E> = Ran { engine: &engine, plan, params, prepared, empty };
+            for &(o, p) in updates {
+                ran.update(o, p)?;
+            }
+            (0..ran.plan.graph.outputs().len()).filter(|o| !updates.iter().any(|u| u.0 == *o)).map(|o| out(&ran, o)).collect::<Result<Vec<R>>>()
+        })?;
+        if !updates.is_empty() {
+            *epoch += 1;
+        }
+        Ok(outputs)
+    }
+
+    /// Each update's output has the dtype and dims of its parameter, where that is set.
+    fn check_updates(&self, plan: &Plan<E>, updates: &[(usize, usize)]) -> Result<()> {
+        for &(o, p) in updates {
+            let value = plan.schedule.value(plan.graph.outputs()[o]);
+            match held_type(&self.params, &self.prepared, p) {
+                Some(held) if held != (value.dtype, value.dims.as_slice()) => {
+                    return Err(RuntimeError::TypeMismatch {
+                        what: "parameter update",
+                        name: self.graph.params()[p].0.to_string(),
+                        expected: rlx_ir::TensorType::of(held.0, held.1),
+                        got: rlx_ir::TensorType::of(value.dtype, &value.dims).to_string(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -172,6 +229,15 @@ impl<E: Engine> Ran<'_, E> {
         to_host(self.engine, self.plan.arg(self.params, self.empty, self.plan.schedule.value(v)))
     }
 
+    /// Graph output `o` copied into a new buffer of the engine's.
+    fn detach(&self, o: usize) -> Result<DeviceTensor> {
+        let value = self.plan.schedule.value(self.plan.graph.outputs()[o]);
+        let buf = self.engine.alloc(value.bytes())?;
+        let src = self.plan.arg(self.params, self.empty, value);
+        self.engine.copy(src, Arg { buf: &buf, offset: 0, ..src })?;
+        Ok(DeviceTensor::new(Memory::of(self.engine), value.dtype, &value.dims, buf))
+    }
+
     /// Makes graph output `o` the new value of parameter `p`, copied in the engine's memory
     /// (into the parameter's buffer when it holds one of the same size).
     fn update(&mut self, o: usize, p: usize) -> Result<()> {
@@ -191,12 +257,6 @@ impl<E: Engine> Ran<'_, E> {
         self.engine.copy(src, dst)?;
         self.prepared[p] = None;
         Ok(())
-    }
-
-    /// The dtype and dims of graph output `o` and of parameter `p`.
-    fn types(&self, o: usize, p: usize) -> (TypeOf<'_>, Option<TypeOf<'_>>) {
-        let value = self.plan.schedule.value(self.plan.graph.outputs()[o]);
-        ((value.dtype, value.dims.as_slice()), held_type(self.params, self.prepared, p))
     }
 }
 
@@ -335,22 +395,27 @@ impl<E: Engine> Plan<E> {
         Ok(())
     }
 
-    /// Copies the inputs in and runs the schedule; with `profiling`, timing each step.
+    /// Puts the inputs into the arena and runs the schedule; with `profiling`, timing each
+    /// step.
     fn run(
         &mut self,
         engine: &E,
         params: &[Option<Held<E::Buffer>>],
         prepared: &[Option<Prepared<E::Prepared>>],
         empty: &E::Buffer,
-        inputs: &[&Tensor],
+        inputs: &[Feed<'_, E::Buffer>],
         profiling: bool,
     ) -> Result<()> {
         if profiling && self.times.len() != self.schedule.steps.len() {
             self.times = vec![(0, Duration::ZERO); self.schedule.steps.len()];
         }
-        for (id, t) in self.schedule.inputs.iter().zip(inputs) {
-            if let Slot::Arena { offset, .. } = self.schedule.values[id.index()][0].slot {
-                engine.upload(&self.arena, offset, t.bytes())?;
+        for (id, feed) in self.schedule.inputs.iter().zip(inputs) {
+            let value = &self.schedule.values[id.index()][0];
+            let Slot::Arena { offset, .. } = value.slot else { continue };
+            let dst = Arg { dtype: value.dtype, dims: &value.dims, buf: &self.arena, offset, len: value.bytes() };
+            match feed {
+                Feed::Host(t) => engine.upload(&self.arena, offset, t.bytes())?,
+                Feed::Device(buf, _) => engine.copy(Arg { buf, offset: 0, ..dst }, dst)?,
             }
         }
         for i in 0..self.schedule.steps.len() {
@@ -401,35 +466,51 @@ impl<E: Engine> Executable for Executor<E> {
     }
 
     fn run(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Vec<Tensor>> {
-        self.run_with(inputs, bindings, |ran| (0..ran.plan.graph.outputs().len()).map(|o| ran.download(o)).collect())
+        self.run_updating(inputs, bindings, &[])
     }
 
     /// The updates are copies in the engine's memory: weights and optimizer state never
-    /// leave the device. Every update's type is checked before any is made.
+    /// leave the device. Every update's type is checked before the run.
     fn run_updating(&mut self, inputs: &[&Tensor], bindings: &Bindings, updates: &[(usize, usize)]) -> Result<Vec<Tensor>> {
-        let names: Vec<String> = self.graph.params().iter().map(|(n, _)| n.to_string()).collect();
-        let outputs = self.run_with(inputs, bindings, |ran| {
-            for &(o, p) in updates {
-                if let ((dtype, dims), Some(held)) = ran.types(o, p) {
-                    if held != (dtype, dims) {
-                        return Err(RuntimeError::TypeMismatch {
-                            what: "parameter update",
-                            name: names[p].clone(),
-                            expected: rlx_ir::TensorType::of(held.0, held.1),
-                            got: rlx_ir::TensorType::of(dtype, dims).to_string(),
-                        });
-                    }
+        let feeds: Vec<_> = inputs.iter().map(|t| Feed::Host(t)).collect();
+        self.run_with(&feeds, bindings, updates, |ran, o| ran.download(o))
+    }
+
+    fn memory(&self) -> Memory {
+        Memory::of(&*self.engine)
+    }
+
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor> {
+        let buf = self.engine.alloc(t.bytes().len())?;
+        self.engine.upload(&buf, 0, t.bytes())?;
+        Ok(DeviceTensor::new(self.memory(), t.dtype(), t.shape(), buf))
+    }
+
+    fn download(&self, value: &DeviceTensor) -> Result<Tensor> {
+        let buf = value.buffer::<E::Buffer>(self.memory(), "the downloaded value")?;
+        to_host(&*self.engine, Arg { dtype: value.dtype(), dims: value.shape(), buf, offset: 0, len: value.byte_len() })
+    }
+
+    /// Inputs and outputs are copies in the engine's memory, and nothing waits for the run.
+    fn submit_updating(&mut self, inputs: &[&DeviceTensor], bindings: &Bindings, updates: &[(usize, usize)]) -> Result<Vec<DeviceTensor>> {
+        let memory = self.memory();
+        let feeds = inputs
+            .iter()
+            .zip(self.graph.inputs())
+            .map(|(v, (name, id))| {
+                let buf = v.buffer::<E::Buffer>(memory, &format!("input `{name}`"))?;
+                let expected = self.graph.ty(id);
+                if v.dtype() != expected.dtype {
+                    return Err(RuntimeError::TypeMismatch { what: "input", name: name.to_string(), expected: expected.clone(), got: v.ty().to_string() });
                 }
-            }
-            for &(o, p) in updates {
-                ran.update(o, p)?;
-            }
-            (0..ran.plan.graph.outputs().len()).filter(|o| !updates.iter().any(|u| u.0 == *o)).map(|o| ran.download(o)).collect()
-        })?;
-        if !updates.is_empty() {
-            self.epoch += 1;
-        }
-        Ok(outputs)
+                Ok(Feed::Device(buf, v.shape()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.run_with(&feeds, bindings, updates, |ran, o| ran.detach(o))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.engine.sync()
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {

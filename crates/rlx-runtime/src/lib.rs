@@ -1,9 +1,11 @@
 //! rlx's runtime: the [`Backend`] interface, [`Session`] and [`CompiledGraph`] (the compile
-//! pipeline and the checked `run` entry point), the shared [`Executor`] that backends run on
-//! through their [`Engine`], and the host [`Tensor`].
+//! pipeline and the checked `run` and `submit` entry points), the shared [`Executor`] that
+//! backends run on through their [`Engine`], the host [`Tensor`] and the [`DeviceTensor`] in a
+//! backend's memory.
 
 mod backend;
 mod compiled;
+mod device_tensor;
 mod engine;
 mod error;
 mod exec;
@@ -15,6 +17,7 @@ mod tensor;
 
 pub use backend::{Backend, Device, Executable};
 pub use compiled::{Bindings, CompiledGraph};
+pub use device_tensor::{DeviceTensor, Memory};
 pub use engine::{Arg, Engine};
 pub use exec::Executor;
 pub use error::{Result, RuntimeError};

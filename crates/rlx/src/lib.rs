@@ -1,7 +1,8 @@
 //! rlx: an ML compiler and runtime.
 //!
 //! Build a [`Graph`] (or import one), compile it for a [`Device`] with a [`Session`], and run
-//! it on host [`Tensor`]s:
+//! it on host [`Tensor`]s (or submit it on [`DeviceTensor`]s, which stay in the device's
+//! memory between runs):
 //!
 //! ```
 //! use rlx::prelude::*;
@@ -15,6 +16,12 @@
 //! let x = Tensor::from_vec(vec![-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0], &[2, 3])?;
 //! let out = compiled.run(&[("x", &x)])?;
 //! assert_eq!(out[0].to_vec::<f32>()?, vec![0.0, 2.0, 0.0, 4.0, 5.0, 0.0]);
+//!
+//! // The same on device values: runs queue without waiting; `download` waits for them.
+//! let on_device = compiled.upload(&x)?;
+//! let y = compiled.submit(&[("x", &on_device)])?;
+//! let z = compiled.submit(&[("x", &y[0])])?;
+//! assert_eq!(compiled.download(&z[0])?, out[0]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -29,14 +36,14 @@ pub use rlx_runtime as runtime;
 pub use rlx_train as train;
 
 pub use rlx_ir::{DType, Dim, Graph, Op, OpKind, Shape, TensorType, ValueId};
-pub use rlx_runtime::{CompileOptions, CompiledGraph, Device, RuntimeError, Tensor};
+pub use rlx_runtime::{CompileOptions, CompiledGraph, Device, DeviceTensor, RuntimeError, Tensor};
 
 use rlx_runtime::Backend;
 use std::sync::Arc;
 
 /// Everything a typical program needs.
 pub mod prelude {
-    pub use crate::{CompileOptions, CompiledGraph, DType, Device, Dim, Graph, Session, Shape, Tensor, TensorType, ValueId};
+    pub use crate::{CompileOptions, CompiledGraph, DType, Device, DeviceTensor, Dim, Graph, Session, Shape, Tensor, TensorType, ValueId};
     pub use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 }
 

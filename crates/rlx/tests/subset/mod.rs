@@ -1,13 +1,13 @@
 //! A test-only device backend: it claims a chosen subset of kinds, keeps its values in
-//! buffers of its own type (never host tensors), and counts every byte that crosses between
-//! them and the host. Its kernels are the CPU's, so its results must equal the CPU backend's
+//! buffers of its own type (never host tensors), each backend in a memory of its own as each
+//! GPU has, and counts every byte that crosses between them and the host. Its kernels are the CPU's, so its results must equal the CPU backend's
 //! bit for bit; the host runs the rest ([`rlx_runtime::Session::with_host`]).
 
 use rlx_cpu::{CpuBackend, CpuEngine};
 use rlx_ir::{DType, Graph, Op, OpKind};
 use rlx_opt::{Claim, Claims};
 use rlx_runtime::{Arg, Backend, Device, Engine, Executable, Executor, HostBuffer, Result, Session, Tensor};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Bytes moved host → device and device → host.
@@ -31,6 +31,7 @@ pub struct DevBuf(HostBuffer);
 pub struct SubsetEngine {
     cpu: CpuEngine,
     traffic: Arc<Traffic>,
+    memory: u64,
 }
 
 fn host<'a>(a: Arg<'a, DevBuf>) -> Arg<'a, HostBuffer> {
@@ -43,6 +44,11 @@ impl Engine for SubsetEngine {
 
     fn name(&self) -> &'static str {
         "subset"
+    }
+
+    /// Its backend's: graphs of one session share values, other sessions' are refused.
+    fn memory(&self) -> u64 {
+        self.memory
     }
 
     /// As the GPU backends will: 256 bytes.
@@ -98,6 +104,7 @@ impl Engine for SubsetEngine {
 pub struct Subset {
     kinds: &'static [OpKind],
     pub traffic: Arc<Traffic>,
+    memory: u64,
 }
 
 impl Backend for Subset {
@@ -115,7 +122,7 @@ impl Backend for Subset {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
-        let engine = SubsetEngine { cpu: CpuEngine, traffic: self.traffic.clone() };
+        let engine = SubsetEngine { cpu: CpuEngine, traffic: self.traffic.clone(), memory: self.memory };
         Ok(Box::new(Executor::new(Arc::new(engine), graph.clone())?))
     }
 }
@@ -137,7 +144,8 @@ impl Claims for Subset {
 /// A session on a subset backend claiming `kinds` (which list the sources too), with the CPU
 /// as host; and its byte counter.
 pub fn session(kinds: &'static [OpKind]) -> (Session, Arc<Traffic>) {
-    let backend = Subset { kinds, traffic: Arc::default() };
+    static MEMORIES: AtomicU64 = AtomicU64::new(1);
+    let backend = Subset { kinds, traffic: Arc::default(), memory: MEMORIES.fetch_add(1, Ordering::Relaxed) };
     let traffic = backend.traffic.clone();
     (Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new())), traffic)
 }
