@@ -209,6 +209,11 @@ impl Engine for CudaEngine {
         256
     }
 
+    /// Values pass between graphs of one opened device, ordered on its stream.
+    fn memory(&self) -> u64 {
+        self.gpu.id
+    }
+
     fn alloc(&self, bytes: usize) -> Result<DevMem> {
         DevMem::zeroed(&self.gpu, bytes)
     }

@@ -6,6 +6,7 @@ use crate::kernels::Kernels;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as cu, sys, CudaContext, DriverError};
 use rlx_runtime::{Result, RuntimeError};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A device opened for rlx.
@@ -17,7 +18,12 @@ pub struct Gpu {
     /// `sm_XY` of the device, what NVRTC compiles for.
     pub(crate) arch: String,
     ordinal: usize,
+    /// Tells this opening's memory from others' (each has its own stream).
+    pub(crate) id: u64,
 }
+
+/// Openings so far, numbering each.
+static OPENED: AtomicU64 = AtomicU64::new(1);
 
 // SAFETY: the stream and cuBLAS handle are used only with the context bound ([`Gpu::bind`]),
 // and every use is ordered on the one stream; CUDA handles may move between threads.
@@ -56,7 +62,7 @@ impl Gpu {
         let blas = blas::create_handle().map_err(|e| error(format!("creating a cuBLAS handle: {e:?}")))?;
         // SAFETY: both handles were just created in this context.
         unsafe { blas::set_stream(blas, stream as _) }.map_err(|e| error(format!("binding cuBLAS to the stream: {e:?}")))?;
-        Ok(Arc::new(Gpu { ctx, stream, blas, kernels: Kernels::default(), arch: format!("sm_{major}{minor}"), ordinal }))
+        Ok(Arc::new(Gpu { ctx, stream, blas, kernels: Kernels::default(), arch: format!("sm_{major}{minor}"), ordinal, id: OPENED.fetch_add(1, Ordering::Relaxed) }))
     }
 
     /// The device ordinal.

@@ -231,3 +231,31 @@ fn products_batched_broadcast_and_half_precision() {
         agree(&gpu, &g, &inputs, 2e-2, true);
     }
 }
+
+#[test]
+fn device_values_pass_between_graphs_and_submits_queue_until_sync() {
+    let Some(gpu) = gpu() else { return };
+    let (mut first, mut second) = (Graph::new(), Graph::new());
+    let x = f32_input(&mut first, "x", &[4, 50]);
+    let y = first.activation(ActivationKind::Tanh, x).unwrap();
+    first.set_outputs(vec![y]).unwrap();
+    let y = f32_input(&mut second, "y", &[4, 50]);
+    let z = second.binary(BinaryOp::Mul, y, y).unwrap();
+    second.set_outputs(vec![z]).unwrap();
+    let (mut a, mut b) = (gpu.compile(&first).unwrap(), gpu.compile(&second).unwrap());
+    let xs = Tensor::from_vec(uniform(200, 18, -2.0, 2.0), &[4, 50]).unwrap();
+    let on_device = a.upload(&xs).unwrap();
+    let mut results = Vec::new();
+    for _ in 0..3 {
+        let mid = a.submit(&[("x", &on_device)]).unwrap();
+        results.push(b.submit(&[("y", &mid[0])]).unwrap().remove(0));
+    }
+    b.sync().unwrap();
+    let cpu = Session::new(Arc::new(CpuBackend::new()));
+    let mid = cpu.compile(&first).unwrap().run(&[("x", &xs)]).unwrap();
+    let want = cpu.compile(&second).unwrap().run(&[("y", &mid[0])]).unwrap().remove(0).to_vec::<f32>().unwrap();
+    for r in &results {
+        let got = b.download(r).unwrap().to_vec::<f32>().unwrap();
+        assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-6 * w.abs().max(1e-3)), "{got:?} vs {want:?}");
+    }
+}
