@@ -18,12 +18,13 @@ pub enum EmbedError {
     NoText,
 }
 
-/// Loads the model in `dir` and embeds `texts`; prints a summary, or JSON with `json`.
-pub fn run(dir: &Path, texts: &[String], json: bool) -> Result<(), EmbedError> {
+/// Loads the model in `dir` on `device` and embeds `texts`; prints a summary, or JSON with
+/// `json`.
+pub fn run(dir: &Path, texts: &[String], json: bool, device: Device) -> Result<(), EmbedError> {
     if texts.is_empty() {
         return Err(EmbedError::NoText);
     }
-    let session = Session::new(Device::Cpu)?;
+    let session = Session::new(device)?;
     let t = Instant::now();
     let mut encoder = SentenceEncoder::load(dir, &session)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -33,6 +33,9 @@ enum Command {
         /// Print every vector in full as JSON.
         #[arg(long)]
         json: bool,
+        /// Where to run: cpu, cuda[:N].
+        #[arg(long, default_value = "cpu")]
+        device: rlx::Device,
         texts: Vec<String>,
     },
     /// Run an ONNX model on .npy inputs (the conformance runner's protocol), or --bench it.
@@ -91,7 +94,7 @@ fn main() {
             Some(DemoJob::Block) => demo::block::run(),
             Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
-        Command::Embed { model, json, texts } => rlx_cli::embed::run(&model, &texts, json).map_err(Into::into),
+        Command::Embed { model, json, device, texts } => rlx_cli::embed::run(&model, &texts, json, device).map_err(Into::into),
         Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
         Command::Generate { model, prompt, n, temperature, top_k, top_p, seed } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
             model,

@@ -41,6 +41,9 @@ pub struct OnnxRunArgs {
     /// With --bench: time every node of the compiled graph and print where the runs went.
     #[arg(long, requires = "bench")]
     pub profile: bool,
+    /// Where to run: cpu, cuda[:N] (what the device does not run goes to the CPU).
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -97,7 +100,7 @@ fn run_protocol(args: &OnnxRunArgs) -> Result<(), Failure> {
         inputs.read(in_dir, e)?;
     }
     let imported = import_for(&args.model, &inputs)?;
-    let outputs = execute(&imported, &inputs.tensors)?;
+    let outputs = execute(&imported, &inputs.tensors, args.device)?;
     let mut outputs = outputs.iter();
     let mut next = || outputs.next().ok_or_else(|| Failure { unsupported: false, message: "the graph returned fewer outputs than it declares".into() });
     for (j, (_, layout)) in imported.outputs.iter().enumerate() {
@@ -186,10 +189,10 @@ fn import_for(model: &Path, inputs: &Inputs) -> Result<OnnxGraph, Failure> {
     }
 }
 
-/// Compiles the imported graph for the CPU with its parameters set, and the given inputs
+/// Compiles the imported graph for `device` with its parameters set, and the given inputs
 /// that the graph takes, as tensors.
-fn prepare(imported: &OnnxGraph, inputs: &[(String, TensorData)]) -> Result<(CompiledGraph, Vec<(String, Tensor)>), Failure> {
-    let mut compiled = Session::new(Device::Cpu)?.compile(&imported.graph).map_err(|e| {
+fn prepare(imported: &OnnxGraph, inputs: &[(String, TensorData)], device: Device) -> Result<(CompiledGraph, Vec<(String, Tensor)>), Failure> {
+    let mut compiled = Session::new(device)?.compile(&imported.graph).map_err(|e| {
         let message = e.to_string();
         Failure { unsupported: message.contains("no kernel") || message.contains("missing"), message }
     })?;
@@ -209,9 +212,9 @@ fn named(tensors: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
     tensors.iter().map(|(n, t)| (n.as_str(), t)).collect()
 }
 
-/// Compiles the imported graph for the CPU and runs it once.
-fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)]) -> Result<Vec<Tensor>, Failure> {
-    let (mut compiled, tensors) = prepare(imported, inputs)?;
+/// Compiles the imported graph for `device` and runs it once.
+fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)], device: Device) -> Result<Vec<Tensor>, Failure> {
+    let (mut compiled, tensors) = prepare(imported, inputs, device)?;
     Ok(compiled.run(&named(&tensors))?)
 }
 
@@ -270,7 +273,7 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
     let inputs = Inputs { tensors: inputs, ..Default::default() };
     let imported = import_for(&args.model, &inputs)?;
     let start = Instant::now();
-    let (mut compiled, tensors) = prepare(&imported, &inputs.tensors)?;
+    let (mut compiled, tensors) = prepare(&imported, &inputs.tensors, args.device)?;
     let named = named(&tensors);
     compiled.run(&named)?;
     let first = start.elapsed();

@@ -30,6 +30,40 @@ impl fmt::Display for Device {
     }
 }
 
+/// Parses what [`Device`]'s `Display` writes: `cpu`, `cuda` (`cuda:0`), `cuda:1`, `wgpu:0`.
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Device, String> {
+        let (kind, index) = match s.split_once(':') {
+            Some((kind, i)) => (kind, i.parse::<usize>().map_err(|_| format!("`{s}`: the device index must be a number, as in cuda:0"))?),
+            None => (s, 0),
+        };
+        match kind {
+            "cpu" if index == 0 => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(index)),
+            "wgpu" => Ok(Device::Wgpu(index)),
+            _ => Err(format!("unknown device `{s}`: expected cpu, cuda[:N] or wgpu[:N]")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Device;
+
+    #[test]
+    fn devices_parse_as_they_print() {
+        for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3), Device::Wgpu(1)] {
+            assert_eq!(d.to_string().parse::<Device>(), Ok(d));
+        }
+        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+        assert!("tpu".parse::<Device>().unwrap_err().contains("unknown device `tpu`"));
+        assert!("cuda:x".parse::<Device>().unwrap_err().contains("must be a number"));
+        assert!("cpu:1".parse::<Device>().is_err());
+    }
+}
+
 /// A compilation target. Backends claim op kinds per input dtypes; the shared legalizer decides
 /// the rest, so `compile` only ever sees nodes claimed natively for their dtypes.
 pub trait Backend: Send + Sync {

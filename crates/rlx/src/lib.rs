@@ -29,6 +29,8 @@ pub mod coverage;
 
 pub use rlx_autodiff as autodiff;
 pub use rlx_cpu as cpu;
+#[cfg(feature = "cuda")]
+pub use rlx_cuda as cuda;
 pub use rlx_ir as ir;
 pub use rlx_models as models;
 pub use rlx_opt as opt;
@@ -47,10 +49,12 @@ pub mod prelude {
     pub use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 }
 
-/// The backend that serves `device`.
+/// The backend that serves `device` (a typed error where the machine has no such device).
 pub fn backend(device: Device) -> Result<Arc<dyn Backend>, RuntimeError> {
     match device {
         Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(ordinal) => Ok(Arc::new(rlx_cuda::CudaBackend::new(ordinal)?)),
         other => Err(RuntimeError::Backend {
             backend: other.to_string(),
             msg: "this build of rlx has no backend for the device".into(),
@@ -63,8 +67,13 @@ pub fn backend(device: Device) -> Result<Arc<dyn Backend>, RuntimeError> {
 pub struct Session(rlx_runtime::Session);
 
 impl Session {
+    /// A session on `device`; on a GPU, what its backend does not run goes to the CPU.
     pub fn new(device: Device) -> Result<Session, RuntimeError> {
-        Ok(Session(rlx_runtime::Session::new(backend(device)?)))
+        let session = rlx_runtime::Session::new(backend(device)?);
+        Ok(Session(match device {
+            Device::Cpu => session,
+            _ => session.with_host(backend(Device::Cpu)?),
+        }))
     }
 
     pub fn with_options(self, options: CompileOptions) -> Session {
