@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds, on the CPU machine, everything the GPU machine runs (it has no Rust toolchain):
-# the rlx-cuda test binaries in the stripped `gpu` profile, copied to target/device/bin, which
+# the rlx-cuda test and bench binaries in the stripped `gpu` profile, copied to target/device/bin, which
 # the device run carries (`carry: ["target/device"]`) and tools/gpu/check.sh runs there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf target/device/bin && mkdir -p target/device/bin
-cargo test --profile gpu -p rlx-cuda --no-run --message-format=json 2>/dev/null \
+cargo build --profile gpu -p rlx-cuda --tests --benches --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
         shutil.copy(m["executable"], "target/device/bin/" + m["target"]["name"])
 '
 ls -la target/device/bin

@@ -6,12 +6,13 @@ cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 for bin in target/device/bin/*; do
+  [ "$(basename "$bin")" = gemm ] && continue
   name=$(basename "$bin")
   start=$(date +%s%N)
   if "$bin" --test-threads=1 > "target/device/$name.log" 2>&1; then result=pass; else result=FAIL; status=1; fi
   summary=$(grep -E "^test result" "target/device/$name.log" | tail -1)
   printf '%-10s %-6s %7d ms  %s\n' "$name" "$result" $(( ($(date +%s%N) - start) / 1000000 )) "$summary"
-  [ "$result" = FAIL ] && grep -E "panicked|FAILED|failed|error" "target/device/$name.log" | head -20
+  [ "$result" = FAIL ] && grep -A1 "panicked" "target/device/$name.log" | grep -v "^--" | head -30
   grep -E "^skipped" "target/device/$name.log" | sort | uniq -c
 done
 exit $status
