@@ -99,7 +99,7 @@ mod tests {
 
     #[test]
     fn a_missing_model_folder_is_named() {
-        let err = run(Path::new("/nonexistent-model"), &["x".into()], false).unwrap_err();
+        let err = run(Path::new("/nonexistent-model"), &["x".into()], false, Device::Cpu).unwrap_err();
         assert!(err.to_string().starts_with("/nonexistent-model/config.json: "), "{err}");
     }
 }

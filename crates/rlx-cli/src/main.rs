@@ -121,7 +121,7 @@ fn ops(markdown: bool) {
     let backends = rlx::coverage::backends();
     print!("{:<34} {:<12}", "kind", "family");
     for b in &backends {
-        print!(" {:<10}", b.name());
+        print!(" {:<10}", b.name);
     }
     println!();
     for (kind, cells) in rlx::coverage::matrix(&backends) {
@@ -132,6 +132,6 @@ fn ops(markdown: bool) {
         println!();
     }
     for (b, t) in backends.iter().zip(rlx::coverage::totals(&backends)) {
-        println!("\n{}: {t}", b.name());
+        println!("\n{}: {t}", b.name);
     }
 }

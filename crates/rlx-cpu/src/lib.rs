@@ -16,7 +16,7 @@ pub mod view;
 pub use engine::CpuEngine;
 pub use custom::{custom_kernel, register_custom_kernel, CustomKernel};
 pub use fold::CpuConstEval;
-pub use supported::SUPPORTED_OPS;
+pub use supported::{CpuClaims, SUPPORTED_OPS};
 
 use rlx_ir::Graph;
 use rlx_opt::Claims;

@@ -61,7 +61,7 @@ impl CudaEngine {
         let walk = Walk::new(out.dims, &strides)?;
         let mut params = vec![Param::Ptr(out.buf.at(out.offset))];
         params.extend(ins.iter().map(|a| Param::Ptr(a.buf.at(a.offset))));
-        params.extend([Param::I64(numel(out.dims) as i64), Param::Walk(walk), Param::I32(plain)]);
+        params.extend([Param::I64(numel(out.dims) as i64), Param::Walk(Box::new(walk)), Param::I32(plain)]);
         elementwise(&self.gpu, f, numel(out.dims), &mut params)
     }
 
@@ -74,7 +74,7 @@ impl CudaEngine {
             Param::Ptr(out.buf.at(out.offset)),
             Param::Ptr(input.buf.at(input.offset)),
             Param::I64(numel(dims) as i64),
-            Param::Walk(walk),
+            Param::Walk(Box::new(walk)),
             Param::I64(bases[1]),
             Param::I64(bases[0]),
         ];
@@ -172,8 +172,8 @@ impl CudaEngine {
                     Param::Ptr(out.buf.at(out.offset)),
                     Param::Ptr(x.buf.at(x.offset)),
                     Param::I64(numel(&kept) as i64),
-                    Param::Walk(Walk::new(&kept, &[ks])?),
-                    Param::Walk(Walk::new(&red, &[rs])?),
+                    Param::Walk(Box::new(Walk::new(&kept, &[ks])?)),
+                    Param::Walk(Box::new(Walk::new(&red, &[rs])?)),
                     Param::I64(numel(&red) as i64),
                 ];
                 elementwise(&self.gpu, f, numel(&kept), &mut params)

@@ -72,7 +72,7 @@ pub enum Param {
     Ptr(sys::CUdeviceptr),
     I64(i64),
     I32(i32),
-    Walk(Walk),
+    Walk(Box<Walk>),
 }
 
 /// Threads per block of the elementwise kernels.
@@ -95,7 +95,7 @@ pub fn grid(gpu: &Gpu, f: sys::CUfunction, grid: (u32, u32, u32), block: (u32, u
             Param::Ptr(v) => v as *mut _ as *mut c_void,
             Param::I64(v) => v as *mut _ as *mut c_void,
             Param::I32(v) => v as *mut _ as *mut c_void,
-            Param::Walk(v) => v as *mut _ as *mut c_void,
+            Param::Walk(v) => &mut **v as *mut Walk as *mut c_void,
         })
         .collect();
     // SAFETY: `f` is a loaded kernel whose parameter list the generated source gives in this

@@ -6,12 +6,23 @@
 use rlx_ir::OpKind;
 use rlx_opt::legalize::{outcome_of, Outcome};
 use rlx_opt::Claims;
-use rlx_runtime::Backend;
 use std::fmt;
 
-/// The backends in the matrix.
-pub fn backends() -> Vec<Box<dyn Backend>> {
-    vec![Box::new(rlx_cpu::CpuBackend::new())]
+/// One backend of the matrix: its claims (no device needed) and, for a device, its host's.
+pub struct Column {
+    pub name: &'static str,
+    pub claims: &'static dyn Claims,
+    pub host: Option<&'static dyn Claims>,
+}
+
+/// The backends in the matrix: the CPU, and each GPU backend this build has with the CPU as
+/// its host.
+pub fn backends() -> Vec<Column> {
+    static CPU: rlx_cpu::CpuClaims = rlx_cpu::CpuClaims;
+    let mut columns = vec![Column { name: "cpu", claims: &CPU, host: None }];
+    #[cfg(feature = "cuda")]
+    columns.push(Column { name: "cuda", claims: &rlx_cuda::CudaClaims, host: Some(&CPU) });
+    columns
 }
 
 /// What one backend does with one kind.
@@ -23,9 +34,12 @@ pub struct Cell {
 }
 
 impl Cell {
-    fn of(kind: OpKind, claims: &dyn Claims) -> Cell {
-        let outcome = outcome_of(kind, claims);
-        let limits = if outcome == Outcome::Native { claims.limits(kind) } else { None };
+    fn of(kind: OpKind, column: &Column) -> Cell {
+        let outcome = match outcome_of(kind, column.claims) {
+            Outcome::Missing if column.host.is_some_and(|h| h.kinds().contains(&kind)) => Outcome::Host,
+            o => o,
+        };
+        let limits = if outcome == Outcome::Native { column.claims.limits(kind) } else { None };
         Cell { outcome, limits }
     }
 }
@@ -41,10 +55,10 @@ impl fmt::Display for Cell {
 }
 
 /// One row per kind: the kind and its cell on each of `backends`.
-pub fn matrix(backends: &[Box<dyn Backend>]) -> Vec<(OpKind, Vec<Cell>)> {
+pub fn matrix(backends: &[Column]) -> Vec<(OpKind, Vec<Cell>)> {
     OpKind::ALL
         .iter()
-        .map(|&k| (k, backends.iter().map(|b| Cell::of(k, b.claims())).collect()))
+        .map(|&k| (k, backends.iter().map(|b| Cell::of(k, b)).collect()))
         .collect()
 }
 
@@ -81,7 +95,7 @@ impl fmt::Display for Totals {
 }
 
 /// The [`Totals`] of each of `backends`, in order.
-pub fn totals(backends: &[Box<dyn Backend>]) -> Vec<Totals> {
+pub fn totals(backends: &[Column]) -> Vec<Totals> {
     let m = matrix(backends);
     (0..backends.len())
         .map(|i| {
@@ -111,14 +125,14 @@ pub fn markdown() -> String {
          native: the backend runs the kind itself, for every dtype the kind's inference accepts unless its \
          dtype limits follow in parentheses (`via f32`: legalization casts to f32 and back around the node; \
          `not`: the node is decomposed, or compilation fails naming it) · common-IR: lowered to primitives by \
-         rlx-opt · rewritten: a fused op unfused for the backend · missing: the backend cannot run it yet.\n\n",
+         rlx-opt · rewritten: a fused op unfused for the backend · host: a device leaves it to its host (the CPU) in a segment of its own · missing: the backend cannot run it yet.\n\n",
     );
     for (b, t) in backends.iter().zip(totals(&backends)) {
-        s += &format!("**{}**: {t}.\n\n", b.name());
+        s += &format!("**{}**: {t}.\n\n", b.name);
     }
     s += "| kind | family |";
     for b in &backends {
-        s += &format!(" {} |", b.name());
+        s += &format!(" {} |", b.name);
     }
     s += "\n|---|---|";
     s += &"---|".repeat(backends.len());
