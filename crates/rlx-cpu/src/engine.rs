@@ -30,6 +30,7 @@ unsafe fn write(a: Arg<'_, HostBuffer>) -> Out<'_> {
 impl Engine for CpuEngine {
     type Buffer = HostBuffer;
     type Prepared = Packed;
+    type Recording = ();
 
     fn name(&self) -> &'static str {
         "cpu"

@@ -6,7 +6,7 @@ use crate::gpu::{driver, error, Gpu};
 use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
 use crate::{matmul, source};
-use cudarc::driver::result as cu;
+use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result};
 use std::sync::Arc;
@@ -184,6 +184,28 @@ impl CudaEngine {
     }
 }
 
+/// A plan's steps captured as an instantiated CUDA graph.
+pub struct Recording {
+    exec: sys::CUgraphExec,
+    gpu: Arc<Gpu>,
+}
+
+// SAFETY: an executable graph may be launched from any thread with its context bound.
+unsafe impl Send for Recording {}
+unsafe impl Sync for Recording {}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: launched only on the device's stream; destroying waits for nothing, and
+            // the driver keeps a graph alive until its launches finish.
+            unsafe {
+                let _ = cu::graph::exec_destroy(self.exec);
+            }
+        }
+    }
+}
+
 /// Elements of a tensor of `dims`.
 pub(crate) fn numel(dims: &[usize]) -> usize {
     dims.iter().product()
@@ -200,6 +222,7 @@ fn within(offset: usize, len: usize, size: usize) -> Result<()> {
 impl Engine for CudaEngine {
     type Buffer = DevMem;
     type Prepared = DevMem;
+    type Recording = Recording;
 
     fn name(&self) -> &'static str {
         crate::gpu::NAME
@@ -264,6 +287,38 @@ impl Engine for CudaEngine {
     ) -> std::result::Result<(), String> {
         self.gpu.bind().map_err(|e| e.to_string())?;
         self.run(op, ins, outs)
+    }
+
+    /// Captures the steps on the stream into a CUDA graph: a repeated run (a decode or
+    /// training step) is then one launch.
+    fn record(&self, steps: &mut dyn FnMut() -> Result<()>) -> Result<Option<Recording>> {
+        self.gpu.bind()?;
+        let stream = self.gpu.stream;
+        // SAFETY: the stream belongs to the bound context; nothing else submits to it while
+        // the steps run (the executor holds the plan), and capture always ends below.
+        unsafe { cu::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(driver("starting a CUDA graph capture"))?;
+        let ran = steps();
+        // SAFETY: ends the capture begun above.
+        let graph = unsafe { cu::stream::end_capture(stream) };
+        ran?;
+        let graph = graph.map_err(driver("ending a CUDA graph capture"))?;
+        // SAFETY: `graph` was just captured; the instantiated form keeps what it needs.
+        let exec = unsafe { cu::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
+        // SAFETY: the graph is not used after its instantiation.
+        unsafe {
+            let _ = cu::graph::destroy(graph);
+        }
+        let exec = exec.map_err(driver("instantiating a CUDA graph"))?;
+        let recording = Recording { exec, gpu: self.gpu.clone() };
+        self.replay(&recording)?;
+        Ok(Some(recording))
+    }
+
+    fn replay(&self, recording: &Recording) -> Result<()> {
+        self.gpu.bind()?;
+        // SAFETY: the graph was instantiated on this device; the executor replays it only
+        // over the memory it was captured with.
+        unsafe { cu::graph::launch(recording.exec, self.gpu.stream) }.map_err(driver("launching a CUDA graph"))
     }
 
     fn sync(&self) -> Result<()> {

@@ -14,6 +14,7 @@ pub struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: sys::CUstream,
     pub(crate) blas: blas_sys::cublasHandle_t,
+    workspace: sys::CUdeviceptr,
     pub(crate) kernels: Kernels,
     /// `sm_XY` of the device, what NVRTC compiles for.
     pub(crate) arch: String,
@@ -21,6 +22,9 @@ pub struct Gpu {
     /// Tells this opening's memory from others' (each has its own stream).
     pub(crate) id: u64,
 }
+
+/// Bytes of cuBLAS's workspace (what it asks for on Hopper).
+const BLAS_WORKSPACE: usize = 32 << 20;
 
 /// Openings so far, numbering each.
 static OPENED: AtomicU64 = AtomicU64::new(1);
@@ -62,7 +66,22 @@ impl Gpu {
         let blas = blas::create_handle().map_err(|e| error(format!("creating a cuBLAS handle: {e:?}")))?;
         // SAFETY: both handles were just created in this context.
         unsafe { blas::set_stream(blas, stream as _) }.map_err(|e| error(format!("binding cuBLAS to the stream: {e:?}")))?;
-        Ok(Arc::new(Gpu { ctx, stream, blas, kernels: Kernels::default(), arch: format!("sm_{major}{minor}"), ordinal, id: OPENED.fetch_add(1, Ordering::Relaxed) }))
+        // A workspace of its own, so that cuBLAS allocates nothing inside a captured graph.
+        // SAFETY: the handle is valid; the workspace lives as long as the handle (freed after it).
+        let workspace = unsafe { cu::malloc_sync(BLAS_WORKSPACE) }.map_err(driver("allocating cuBLAS's workspace"))?;
+        unsafe { blas_sys::cublasSetWorkspace_v2(blas, workspace as _, BLAS_WORKSPACE) }
+            .result()
+            .map_err(|e| error(format!("setting cuBLAS's workspace: {e:?}")))?;
+        Ok(Arc::new(Gpu {
+            ctx,
+            stream,
+            blas,
+            workspace,
+            kernels: Kernels::default(),
+            arch: format!("sm_{major}{minor}"),
+            ordinal,
+            id: OPENED.fetch_add(1, Ordering::Relaxed),
+        }))
     }
 
     /// The device ordinal.
@@ -95,6 +114,7 @@ impl Drop for Gpu {
             unsafe {
                 let _ = cu::stream::synchronize(self.stream);
                 let _ = blas::destroy_handle(self.blas);
+                let _ = cu::free_sync(self.workspace);
                 let _ = cu::stream::destroy(self.stream);
             }
         }

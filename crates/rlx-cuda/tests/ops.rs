@@ -261,3 +261,31 @@ fn device_values_pass_between_graphs_and_submits_queue_until_sync() {
         assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-6 * w.abs().max(1e-3)), "{got:?} vs {want:?}");
     }
 }
+
+#[test]
+fn repeated_runs_replay_their_recording_and_rerecord_when_weights_move() {
+    let Some(gpu) = gpu() else { return };
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[8, 16]);
+    let w = g.param("w", TensorType::new(DType::F32, Shape::of(&[16, 16])));
+    let h = g.matmul(x, w).unwrap();
+    let h = g.activation(ActivationKind::Tanh, h).unwrap();
+    let y = g.binary(BinaryOp::Add, h, x).unwrap();
+    let half = g.constant(TensorType::new(DType::F32, Shape::of(&[])), 0.9f32.to_le_bytes().to_vec()).unwrap();
+    let decayed = g.binary(BinaryOp::Mul, w, half).unwrap();
+    g.set_outputs(vec![y, decayed]).unwrap();
+    let cpu = Session::new(Arc::new(CpuBackend::new()));
+    let (mut want, mut got) = (cpu.compile(&g).unwrap(), gpu.compile(&g).unwrap());
+    let close = |a: &Tensor, b: &Tensor| a.to_vec::<f32>().unwrap().iter().zip(b.to_vec::<f32>().unwrap()).all(|(p, q)| (p - q).abs() <= 1e-5 * q.abs().max(1.0));
+    for (round, seed) in [(0, 20u64), (1, 21), (2, 22)] {
+        let w0 = Tensor::from_vec(uniform(256, seed, -0.5, 0.5), &[16, 16]).unwrap();
+        want.set_param("w", w0.clone()).unwrap();
+        got.set_param("w", w0).unwrap();
+        for step in 0..4u64 {
+            let xs = Tensor::from_vec(uniform(128, seed * 10 + step, -1.0, 1.0), &[8, 16]).unwrap();
+            let (a, b) = (got.run_updating(&[("x", &xs)], &[(1, "w")]).unwrap(), want.run_updating(&[("x", &xs)], &[(1, "w")]).unwrap());
+            assert!(close(&a[0], &b[0]), "round {round} step {step}");
+        }
+        assert!(close(&got.param("w").unwrap(), &want.param("w").unwrap()), "round {round}: the updated weight");
+    }
+}

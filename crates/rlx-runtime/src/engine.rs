@@ -47,6 +47,9 @@ pub trait Engine: Send + Sync + 'static {
     type Buffer: Send + Sync + 'static;
     /// A weight laid out for its kernel (packed panels, a transformed convolution weight).
     type Prepared: Send + Sync + 'static;
+    /// A plan's launches recorded once and submitted again as one (a CUDA graph); `()` for an
+    /// engine that launches each step every run.
+    type Recording: Send + Sync + 'static;
 
     /// The backend's name, for errors.
     fn name(&self) -> &'static str;
@@ -112,6 +115,21 @@ pub trait Engine: Send + Sync + 'static {
         state: Option<(usize, Arg<'_, Self::Buffer>)>,
         prepared: Option<&Self::Prepared>,
     ) -> std::result::Result<(), String>;
+
+    /// Runs `steps` — every launch of one run of a plan — and, where the engine can, records
+    /// them for [`Engine::replay`]. The executor replays a recording only while every buffer
+    /// the steps touch is the one they were recorded with, so a launch must depend on nothing
+    /// but its op, its operands' places and dims, and the data in device memory. By default
+    /// the steps run and nothing is recorded.
+    fn record(&self, steps: &mut dyn FnMut() -> Result<()>) -> Result<Option<Self::Recording>> {
+        steps()?;
+        Ok(None)
+    }
+
+    /// Submits a recording's launches again, over the memory they were recorded with.
+    fn replay(&self, _recording: &Self::Recording) -> Result<()> {
+        Err(crate::RuntimeError::Backend { backend: self.name().into(), msg: "this engine records nothing to replay".into() })
+    }
 
     /// Waits until everything issued so far has completed.
     fn sync(&self) -> Result<()> {

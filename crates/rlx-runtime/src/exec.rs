@@ -46,6 +46,9 @@ pub struct Executor<E: Engine> {
     profiling: bool,
     /// Counts parameter changes: a plan's hoisted steps rerun when it moved.
     epoch: u64,
+    /// Counts changes of the buffers parameters are held in (set anew, reallocated, prepared,
+    /// given up): a plan's recording is replayed only while it has not moved.
+    layout: u64,
 }
 
 /// A parameter's buffer with the dtype and dims it was given in.
@@ -122,6 +125,8 @@ struct Plan<E: Engine> {
     arena: E::Buffer,
     /// The parameter epoch the hoisted outputs were computed at.
     hoisted_at: Option<u64>,
+    /// The engine's recording of the steps, with the parameter layout it was made at.
+    recording: Option<(u64, E::Recording)>,
     /// Per step, its calls and their time while profiling (empty otherwise).
     times: Vec<(u64, Duration)>,
 }
@@ -141,6 +146,7 @@ impl<E: Engine> Executor<E> {
             empty,
             profiling: false,
             epoch: 0,
+            layout: 0,
         };
         let static_inputs: Option<Vec<Vec<usize>>> = exec.graph.inputs().iter().map(|(_, v)| exec.graph.ty(*v).shape.as_static()).collect();
         if let Some(shapes) = static_inputs {
@@ -172,13 +178,13 @@ impl<E: Engine> Executor<E> {
         let engine = self.engine.clone();
         self.plan_for(&dims, bindings)?;
         self.check_updates(&self.plans[&dims], updates)?;
-        let Executor { plans, params, prepared, empty, profiling, epoch, .. } = self;
+        let Executor { plans, params, prepared, empty, profiling, epoch, layout, .. } = self;
         let plan = plans.get_mut(&dims).expect("plan was made above");
         let (profiling, at) = (*profiling, *epoch);
         let outputs = engine.scope(|| {
-            plan.hold_weights(&engine, params, prepared, empty, at)?;
-            plan.run(&engine, params, prepared, empty, inputs, profiling)?;
-            let mut ran: Ran<'_, E> = Ran { engine: &engine, plan, params, prepared, empty };
+            plan.hold_weights(&engine, params, prepared, empty, at, layout)?;
+            plan.run(&engine, params, prepared, empty, inputs, profiling, *layout)?;
+            let mut ran: Ran<'_, E> = Ran { engine: &engine, plan, params, prepared, empty, layout };
             for &(o, p) in updates {
                 ran.update(o, p)?;
             }
@@ -220,6 +226,7 @@ struct Ran<'a, E: Engine> {
     params: &'a mut [Option<Held<E::Buffer>>],
     prepared: &'a mut [Option<Prepared<E::Prepared>>],
     empty: &'a E::Buffer,
+    layout: &'a mut u64,
 }
 
 impl<E: Engine> Ran<'_, E> {
@@ -250,12 +257,15 @@ impl<E: Engine> Ran<'_, E> {
         if !fits {
             let buf = self.engine.alloc(value.bytes())?;
             self.params[p] = Some(Held { buf, dtype: value.dtype, dims: value.dims.clone() });
+            *self.layout += 1;
         }
         let src = self.plan.arg(self.params, self.empty, value);
         let target = Value { slot: Slot::Param(p), ..value.clone() };
         let dst = self.plan.arg(self.params, self.empty, &target);
         self.engine.copy(src, dst)?;
-        self.prepared[p] = None;
+        if self.prepared[p].take().is_some() {
+            *self.layout += 1;
+        }
         Ok(())
     }
 }
@@ -280,7 +290,7 @@ impl<E: Engine> Plan<E> {
             .collect::<Result<Vec<_>>>()?;
         let arena = engine.alloc(schedule.arena)?;
         let prepared_consts = (0..consts.len()).map(|_| None).collect();
-        Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, times: Vec::new() })
+        Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, recording: None, times: Vec::new() })
     }
 
     /// The operand view of a value.
@@ -299,7 +309,8 @@ impl<E: Engine> Plan<E> {
     /// Before a run: parameters read as given get their buffer back where only a prepared
     /// form is held; the hoisted steps rerun if a parameter changed; then every weight a step
     /// takes prepared is prepared if it is not yet, and a parameter this plan reads only
-    /// prepared gives up its buffer as given.
+    /// prepared gives up its buffer as given. Each change of a parameter's buffers moves
+    /// `layout`; a change of a prepared constant drops the plan's recording.
     fn hold_weights(
         &mut self,
         engine: &E,
@@ -307,17 +318,19 @@ impl<E: Engine> Plan<E> {
         prepared: &mut [Option<Prepared<E::Prepared>>],
         empty: &E::Buffer,
         epoch: u64,
+        layout: &mut u64,
     ) -> Result<()> {
         for &p in &self.schedule.unprepared_params {
             if let (None, Some(prep)) = (&params[p], &prepared[p]) {
                 params[p] = Some(prep.unprepare(engine)?);
+                *layout += 1;
             }
         }
         self.check_params(params, prepared)?;
         if self.hoisted_at != Some(epoch) {
             for (c, v) in self.schedule.consts.iter().enumerate() {
-                if !matches!(self.graph.node(v.node).op, Op::Constant(_)) {
-                    self.prepared_consts[c] = None;
+                if !matches!(self.graph.node(v.node).op, Op::Constant(_)) && self.prepared_consts[c].take().is_some() {
+                    self.recording = None;
                 }
             }
             for i in 0..self.schedule.hoisted.len() {
@@ -335,14 +348,16 @@ impl<E: Engine> Plan<E> {
                     if let (None, Some(h)) = (&prepared[p], &params[p]) {
                         let form = engine.prepare(&self.graph.node(step.node).op, h.arg(), out_dims)?;
                         prepared[p] = form.map(|form| Prepared { form, dtype: h.dtype, dims: h.dims.clone() });
+                        *layout += 1;
                     }
-                    if prepared[p].is_some() && !self.schedule.unprepared_params.contains(&p) {
-                        params[p] = None;
+                    if prepared[p].is_some() && !self.schedule.unprepared_params.contains(&p) && params[p].take().is_some() {
+                        *layout += 1;
                     }
                 }
                 Slot::Const(c) if self.prepared_consts[c].is_none() => {
                     let arg = Arg { dtype: value.dtype, dims: &value.dims, buf: &self.consts[c], offset: 0, len: value.bytes() };
                     self.prepared_consts[c] = engine.prepare(&self.graph.node(step.node).op, arg, out_dims)?;
+                    self.recording = None;
                 }
                 _ => {}
             }
@@ -395,8 +410,10 @@ impl<E: Engine> Plan<E> {
         Ok(())
     }
 
-    /// Puts the inputs into the arena and runs the schedule; with `profiling`, timing each
-    /// step.
+    /// Puts the inputs into the arena and runs the schedule: with `profiling`, timing each
+    /// step; otherwise replaying the engine's recording of the steps where it was made at this
+    /// parameter `layout`, else recording them as they run.
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
         engine: &E,
@@ -405,6 +422,7 @@ impl<E: Engine> Plan<E> {
         empty: &E::Buffer,
         inputs: &[Feed<'_, E::Buffer>],
         profiling: bool,
+        layout: u64,
     ) -> Result<()> {
         if profiling && self.times.len() != self.schedule.steps.len() {
             self.times = vec![(0, Duration::ZERO); self.schedule.steps.len()];
@@ -418,22 +436,35 @@ impl<E: Engine> Plan<E> {
                 Feed::Device(buf, _) => engine.copy(Arg { buf, offset: 0, ..dst }, dst)?,
             }
         }
-        for i in 0..self.schedule.steps.len() {
-            let started = profiling.then(Instant::now);
-            let step = &self.schedule.steps[i];
-            let weight = match step.weight {
-                Some((_, Slot::Param(p))) => prepared[p].as_ref().map(|w| &w.form),
-                Some((_, Slot::Const(c))) => self.prepared_consts[c].as_ref(),
-                _ => None,
-            };
-            self.launch(engine, params, empty, step, weight)?;
-            if let Some(t) = started {
-                engine.sync()?;
-                self.times[i].0 += 1;
-                self.times[i].1 += t.elapsed();
+        if !profiling {
+            if let Some((at, recording)) = &self.recording {
+                if *at == layout {
+                    return engine.replay(recording);
+                }
             }
+            let recording = engine.record(&mut || (0..self.schedule.steps.len()).try_for_each(|i| self.step(engine, params, prepared, empty, i)))?;
+            self.recording = recording.map(|r| (layout, r));
+            return Ok(());
+        }
+        for i in 0..self.schedule.steps.len() {
+            let started = Instant::now();
+            self.step(engine, params, prepared, empty, i)?;
+            engine.sync()?;
+            self.times[i].0 += 1;
+            self.times[i].1 += started.elapsed();
         }
         Ok(())
+    }
+
+    /// Launches scheduled step `i` with its prepared weight.
+    fn step(&self, engine: &E, params: &[Option<Held<E::Buffer>>], prepared: &[Option<Prepared<E::Prepared>>], empty: &E::Buffer, i: usize) -> Result<()> {
+        let step = &self.schedule.steps[i];
+        let weight = match step.weight {
+            Some((_, Slot::Param(p))) => prepared[p].as_ref().map(|w| &w.form),
+            Some((_, Slot::Const(c))) => self.prepared_consts[c].as_ref(),
+            _ => None,
+        };
+        self.launch(engine, params, empty, step, weight)
     }
 }
 
@@ -443,6 +474,7 @@ impl<E: Engine> Executable for Executor<E> {
         self.params[index] = Some(Held { buf: self.engine.adopt(value)?, dtype, dims });
         self.prepared[index] = None;
         self.epoch += 1;
+        self.layout += 1;
         Ok(())
     }
 
@@ -453,6 +485,7 @@ impl<E: Engine> Executable for Executor<E> {
         self.params[index] = Some(Held { buf, dtype, dims: dims.to_vec() });
         self.prepared[index] = None;
         self.epoch += 1;
+        self.layout += 1;
         Ok(())
     }
 

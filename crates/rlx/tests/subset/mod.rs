@@ -41,6 +41,7 @@ fn host<'a>(a: Arg<'a, DevBuf>) -> Arg<'a, HostBuffer> {
 impl Engine for SubsetEngine {
     type Buffer = DevBuf;
     type Prepared = <CpuEngine as Engine>::Prepared;
+    type Recording = ();
 
     fn name(&self) -> &'static str {
         "subset"
