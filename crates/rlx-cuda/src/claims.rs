@@ -11,7 +11,9 @@ pub const KINDS: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
-        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul,
+        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
+        RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
+        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, KvAppend,
     ]
 };
 
@@ -40,7 +42,15 @@ impl Claims for CudaClaims {
             MatMul => "f32, f64 (no TF32), f16, bf16 (f32 accumulation)",
             Binary => "bitwise ops on integers; shifts not",
             Cast => "not f64 to f16/bf16",
-            Compare | Where | Transpose | Expand | Narrow | Slice | Reverse | Concat | Gather => "no complex, 8/4-bit floats or sub-byte ints",
+            Compare | Where | Transpose | Expand | Narrow | Slice | Reverse | Concat | Gather | KvAppend | ArgMax | ArgMin => {
+                "no complex, 8/4-bit floats or sub-byte ints"
+            }
+            Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => {
+                "f32, f64, f16, bf16 (statistics in f32, f64 in f64)"
+            }
+            Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
+            SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
+            Attention => "f32, f16, bf16 (scores and softmax in f32); float or Bool masks, float biases",
             _ => return None,
         })
     }
