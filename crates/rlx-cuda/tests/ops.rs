@@ -3,63 +3,16 @@
 //! bad indices. Every test skips, saying so, on a machine without a CUDA device; the GPU
 //! machine runs them through `tools/gpu/check.sh`.
 
+mod common;
+
+use common::{agree, f32_input, gpu, uniform};
 use rlx_cpu::CpuBackend;
 use rlx_cuda::CudaBackend;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::reduce::ReduceOp;
-use rlx_ir::{DType, Graph, Shape, TensorType, ValueId};
+use rlx_ir::{DType, Graph, Shape, TensorType};
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
-
-/// A session on cuda:0 with the CPU as host, or `None` (printing why) without a device.
-fn gpu() -> Option<Session> {
-    match CudaBackend::new(0) {
-        Ok(b) => Some(Session::new(Arc::new(b)).with_host(Arc::new(CpuBackend::new()))),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
-}
-
-/// Seeded values uniform in `[lo, hi)`.
-fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
-
-fn f32_input(g: &mut Graph, name: &str, dims: &[usize]) -> ValueId {
-    g.input(name, TensorType::new(DType::F32, Shape::of(dims)))
-}
-
-/// Runs `g` on the GPU and on the CPU with the same inputs; every output agrees within
-/// `rtol` of the CPU's value (NaNs and infinities exactly). Asserts the whole graph ran on
-/// the device when `native`.
-fn agree(gpu: &Session, g: &Graph, inputs: &[(&str, Tensor)], rtol: f64, native: bool) {
-    let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
-    let mut on_gpu = gpu.compile(g).unwrap();
-    if native {
-        assert!(on_gpu.partition().is_none(), "part of the graph ran on the host:\n{}", on_gpu.partition().unwrap());
-    }
-    let got = on_gpu.run(&named).unwrap();
-    let want = Session::new(Arc::new(CpuBackend::new())).compile(g).unwrap().run(&named).unwrap();
-    for (o, (x, y)) in got.iter().zip(&want).enumerate() {
-        assert_eq!((x.dtype(), x.shape()), (y.dtype(), y.shape()), "output {o}");
-        let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
-        let scale = y.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs()));
-        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
-            let same = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rtol * b.abs().max(1e-3 * scale);
-            assert!(same, "output {o} element {i}: cuda {a}, cpu {b}");
-        }
-    }
-}
 
 #[test]
 fn a_missing_device_is_a_typed_error() {
