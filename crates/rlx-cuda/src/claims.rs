@@ -50,7 +50,7 @@ impl Claims for CudaClaims {
             }
             Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
             SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
-            Attention => "f32, f16, bf16 (scores and softmax in f32); float or Bool masks, float biases",
+            Attention => "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases",
             _ => return None,
         })
     }

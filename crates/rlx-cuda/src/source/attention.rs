@@ -24,6 +24,10 @@ pub const KEY_TILE: usize = 32;
 /// The most query rows (warps) one attention block takes.
 pub const MAX_WARPS: u32 = 8;
 
+/// The widest heads (of Q/K and of V) the kernel takes: their tiles fit the shared memory of
+/// sm_80 and later (165 KiB at 512 and 8 warps); wider heads decompose.
+pub const MAX_HEAD: usize = 512;
+
 /// How the attention kernel masks: by row ranges alone (`None`, `Causal`, `SlidingWindow`,
 /// from run-time `causal`/`window`), by a `Custom` key mask of this dtype (kept where ≥ 0.5),
 /// or by adding a `Bias` of this dtype.
