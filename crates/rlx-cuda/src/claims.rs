@@ -11,7 +11,9 @@ pub const KINDS: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
-        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul,
+        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
+        RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
+        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, KvAppend,
     ]
 };
 
@@ -40,8 +42,54 @@ impl Claims for CudaClaims {
             MatMul => "f32, f64 (no TF32), f16, bf16 (f32 accumulation)",
             Binary => "bitwise ops on integers; shifts not",
             Cast => "not f64 to f16/bf16",
-            Compare | Where | Transpose | Expand | Narrow | Slice | Reverse | Concat | Gather => "no complex, 8/4-bit floats or sub-byte ints",
+            Compare | Where | Transpose | Expand | Narrow | Slice | Reverse | Concat | Gather | KvAppend | ArgMax | ArgMin => {
+                "no complex, 8/4-bit floats or sub-byte ints"
+            }
+            Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => {
+                "f32, f64, f16, bf16 (statistics in f32, f64 in f64)"
+            }
+            Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
+            SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
+            Attention => "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases",
             _ => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::ops::attention::{Attention, MaskKind};
+    use rlx_ir::ops::reduce::Cumsum;
+    use rlx_ir::ops::shape::KvAppend;
+    use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyWithLogits};
+    use DType::*;
+
+    fn claim(op: Op, dtypes: &[DType]) -> Claim {
+        CudaClaims.claim(&op, dtypes)
+    }
+
+    #[test]
+    fn row_and_attention_claims_follow_their_kernels() {
+        assert_eq!(claim(Op::Softmax(Softmax { axis: -1 }), &[BF16]), Claim::Native);
+        assert_eq!(claim(Op::Softmax(Softmax { axis: -1 }), &[I32]), Claim::No);
+        let attention = |head_dim, mask_kind| Op::Attention(Attention::new(4, head_dim, mask_kind));
+        assert_eq!(claim(attention(64, MaskKind::Custom), &[F16, F16, F16, Bool]), Claim::Native);
+        assert_eq!(claim(attention(64, MaskKind::Causal), &[F64, F64, F64]), Claim::No, "f64 attention decomposes");
+        assert_eq!(claim(attention(1024, MaskKind::None), &[F32, F32, F32]), Claim::No, "heads too wide for the tiles decompose");
+        let xent = Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: None });
+        assert_eq!(claim(xent.clone(), &[F32, I32]), Claim::Native);
+        assert_eq!(claim(xent, &[F32, F32]), Claim::No, "f32-encoded labels decompose");
+        assert_eq!(claim(Op::Cumsum(Cumsum { axis: 0, exclusive: false }), &[Bool]), Claim::No);
+        assert_eq!(claim(Op::KvAppend(KvAppend { axis: 1, pos: 0 }), &[Bool, Bool, I64]), Claim::Native);
+        assert_eq!(claim(Op::KvAppend(KvAppend { axis: 1, pos: 0 }), &[C64, C64]), Claim::No);
+    }
+
+    #[test]
+    fn every_kind_with_dtype_limits_says_them() {
+        for &kind in KINDS {
+            let any_dtype = matches!(kind, OpKind::Input | OpKind::Param | OpKind::Constant | OpKind::Reshape | OpKind::StopGradient);
+            assert_eq!(CudaClaims.limits(kind).is_none(), any_dtype, "{kind:?}");
+        }
     }
 }

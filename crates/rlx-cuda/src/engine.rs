@@ -1,11 +1,14 @@
 //! The CUDA engine under the shared executor: device memory, copies ordered on the device's
 //! stream, and one launch per step — generated kernels for elementwise, data movement,
-//! gathers and reductions, cuBLAS for products.
+//! gathers and reductions, cuBLAS for products; the row kernels ([`crate::rows`]),
+//! attention and rotary embeddings ([`crate::attention`]) and the KV-cache append
+//! ([`crate::kv`]) launch from their own modules.
 
 use crate::gpu::{driver, error, Gpu};
 use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
-use crate::{matmul, source};
+use crate::source::rows::{Norm, Scan};
+use crate::{attention, kv, matmul, rows, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result};
@@ -14,32 +17,53 @@ use std::sync::Arc;
 /// Launches on one device.
 pub struct CudaEngine {
     pub(crate) gpu: Arc<Gpu>,
-    /// Where kernels report bad data (`[flag, value, bound]`, i64): an out-of-range index.
+    /// Where kernels report bad data ([`REPORT`] i64s: a code, then what it names).
     err: DevMem,
 }
 
+/// The i64s of a kernel report: `[code, …]` with code 1 an index outside its extent
+/// (`value, extent`), 2 a KV-cache position where the rows do not fit (`position, steps,
+/// capacity, axis`), 3 a class label outside the classes (`row, label, classes,
+/// has_ignore, ignore_index`). The first kernel to claim the code (an atomic swap from 0)
+/// writes the rest.
+const REPORT: usize = 8;
+
 impl CudaEngine {
     pub fn new(gpu: Arc<Gpu>) -> Result<CudaEngine> {
-        let err = DevMem::zeroed(&gpu, 24)?;
+        let err = DevMem::zeroed(&gpu, REPORT * 8)?;
         Ok(CudaEngine { gpu, err })
     }
 
-    /// After the stream is idle: the first bad index a kernel reported since the last check,
+    /// Where kernels write their report.
+    pub(crate) fn reports(&self) -> u64 {
+        self.err.ptr
+    }
+
+    /// After the stream is idle: the first bad data a kernel reported since the last check,
     /// as an error (and the report cleared).
     fn check_reports(&self) -> Result<()> {
-        let mut report = [0i64; 3];
-        // SAFETY: `err` holds 24 bytes; the stream is idle, so no kernel writes it now.
-        unsafe { cu::memcpy_dtoh_sync(&mut report, self.err.ptr) }.map_err(driver("reading kernel reports"))?;
-        if report[0] == 0 {
+        let mut r = [0i64; REPORT];
+        // SAFETY: `err` holds the report; the stream is idle, so no kernel writes it now.
+        unsafe { cu::memcpy_dtoh_sync(&mut r, self.err.ptr) }.map_err(driver("reading kernel reports"))?;
+        if r[0] == 0 {
             return Ok(());
         }
         // SAFETY: as above.
-        unsafe { cu::memset_d8_sync(self.err.ptr, 0, 24) }.map_err(driver("clearing kernel reports"))?;
-        Err(error(format!("an index operand held {}, outside [0, {})", report[1], report[2])))
+        unsafe { cu::memset_d8_sync(self.err.ptr, 0, REPORT * 8) }.map_err(driver("clearing kernel reports"))?;
+        Err(error(match r[0] {
+            1 => format!("an index operand held {}, outside [0, {})", r[1], r[2]),
+            2 if r[1] < 0 => format!("the cache position {} is negative", r[1]),
+            2 => format!("{} steps at position {} overflow the cache capacity {} along axis {}", r[2], r[1], r[3], r[4]),
+            3 => {
+                let ignore = if r[4] != 0 { format!(" and is not ignore_index {}", r[5]) } else { String::new() };
+                format!("row {}: label {} is outside the classes [0, {}){ignore}", r[1], r[2], r[3])
+            }
+            code => format!("a kernel reported bad data (code {code})"),
+        }))
     }
 
     /// A generated kernel's function, compiled on first use.
-    fn kernel(&self, source: Option<source::Source>, op: &Op, dtypes: &[DType]) -> std::result::Result<cudarc::driver::sys::CUfunction, String> {
+    pub(crate) fn kernel(&self, source: Option<source::Source>, op: &Op, dtypes: &[DType]) -> std::result::Result<cudarc::driver::sys::CUfunction, String> {
         let source = source.ok_or_else(|| format!("no CUDA kernel for {} over {dtypes:?}", op.kind()))?;
         self.gpu.kernels.function(&self.gpu, &source).map_err(|e| e.to_string())
     }
@@ -67,7 +91,7 @@ impl CudaEngine {
 
     /// Moves `dims` elements of `input` into `out`: element `i` of the walk reads
     /// `in_base + walk(0)` and writes `out_base + walk(1)`.
-    fn strided(&self, op: &Op, input: Arg<'_, DevMem>, out: Arg<'_, DevMem>, dims: &[usize], strides: [Vec<i64>; 2], bases: [i64; 2]) -> std::result::Result<(), String> {
+    pub(crate) fn strided(&self, op: &Op, input: Arg<'_, DevMem>, out: Arg<'_, DevMem>, dims: &[usize], strides: [Vec<i64>; 2], bases: [i64; 2]) -> std::result::Result<(), String> {
         let f = self.kernel(source::copy(input.dtype.size()), op, &[input.dtype])?;
         let walk = Walk::new(dims, &strides)?;
         let mut params = vec![
@@ -97,7 +121,7 @@ impl CudaEngine {
     /// Runs one claimed op.
     fn run(&self, op: &Op, ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> std::result::Result<(), String> {
         let d = |i: usize| ins[i].dtype;
-        let out = outs[0];
+        let out = *outs.first().ok_or_else(|| format!("{} was launched without an output", op.kind()))?;
         match op {
             Op::Activation(a) => self.map(source::activation(a.kind, d(0)), op, ins, out),
             Op::ActivationBackward(a) => self.map(source::activation_backward(a.kind, d(0)), op, ins, out),
@@ -179,6 +203,23 @@ impl CudaEngine {
                 elementwise(&self.gpu, f, numel(&kept), &mut params)
             }
             Op::MatMul(_) => matmul::matmul(&self.gpu, ins[0], ins[1], out),
+            Op::Softmax(s) => rows::softmax(self, op, s.axis, ins[0], out),
+            Op::LayerNorm(n) => rows::norm(self, op, Norm::Layer, n.axis, n.eps, ins, out),
+            Op::LayerNorm2d(n) => rows::norm(self, op, Norm::Layer, 1, n.eps, ins, out),
+            Op::RmsNorm(n) => rows::norm(self, op, Norm::Rms, n.axis, n.eps, ins, out),
+            Op::FusedResidualLN(n) => rows::residual_norm(self, op, Norm::Layer, n.has_bias, n.eps, ins, out),
+            Op::FusedResidualRmsNorm(n) => rows::residual_norm(self, op, Norm::Rms, n.has_bias, n.eps, ins, out),
+            Op::ArgMax(a) => rows::arg_extreme(self, op, true, a.axis, ins[0], out),
+            Op::ArgMin(a) => rows::arg_extreme(self, op, false, a.axis, ins[0], out),
+            Op::Cumsum(c) => rows::scan(self, op, Scan::Sum, c.axis, c.exclusive, false, ins[0], out),
+            Op::CumsumBackward(c) => rows::scan(self, op, Scan::Sum, c.axis, c.exclusive, true, ins[0], out),
+            Op::CumProd(c) => rows::scan(self, op, Scan::Prod, c.axis, c.exclusive, false, ins[0], out),
+            Op::CumMax(c) => rows::scan(self, op, Scan::Max, c.axis, c.exclusive, false, ins[0], out),
+            Op::SoftmaxCrossEntropyWithLogits(x) => rows::sparse_cross_entropy(self, op, x.ignore_index, ins[0], ins[1], out),
+            Op::Rope(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, false, ins, out),
+            Op::RopeBackward(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, true, ins, out),
+            Op::Attention(a) => attention::attention(self, op, a, ins, out),
+            Op::KvAppend(a) => kv::append(self, op, a, ins, out),
             _ => Err(format!("{} has no CUDA kernel", op.kind())),
         }
     }
@@ -282,11 +323,20 @@ impl Engine for CudaEngine {
         op: &Op,
         ins: &[Arg<'_, DevMem>],
         outs: &[Arg<'_, DevMem>],
-        _state: Option<(usize, Arg<'_, DevMem>)>,
+        state: Option<(usize, Arg<'_, DevMem>)>,
         _prepared: Option<&DevMem>,
     ) -> std::result::Result<(), String> {
         self.gpu.bind().map_err(|e| e.to_string())?;
-        self.run(op, ins, outs)
+        match (op, state) {
+            (Op::KvAppend(a), Some((_, cache))) => kv::append_in_place(self, op, a, cache, ins, outs),
+            // Another op that mutates an operand reads its state as an ordinary operand.
+            (_, Some((i, s))) => {
+                let mut all = ins.to_vec();
+                all.insert(i, s);
+                self.run(op, &all, outs)
+            }
+            (_, None) => self.run(op, ins, outs),
+        }
     }
 
     /// Captures the steps on the stream into a CUDA graph: a repeated run (a decode or

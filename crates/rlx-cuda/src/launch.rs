@@ -1,6 +1,7 @@
 //! Kernel arguments and launches: the strided [`Walk`] the generated kernels index by, and
 //! a grid-stride launch of one thread per element.
 
+use crate::attention::AttnArgs;
 use crate::gpu::Gpu;
 use crate::source::RANK;
 use cudarc::driver::{result as cu, sys};
@@ -72,7 +73,9 @@ pub enum Param {
     Ptr(sys::CUdeviceptr),
     I64(i64),
     I32(i32),
+    F32(f32),
     Walk(Box<Walk>),
+    Attn(Box<AttnArgs>),
 }
 
 /// Threads per block of the elementwise kernels.
@@ -95,7 +98,9 @@ pub fn grid(gpu: &Gpu, f: sys::CUfunction, grid: (u32, u32, u32), block: (u32, u
             Param::Ptr(v) => v as *mut _ as *mut c_void,
             Param::I64(v) => v as *mut _ as *mut c_void,
             Param::I32(v) => v as *mut _ as *mut c_void,
+            Param::F32(v) => v as *mut _ as *mut c_void,
             Param::Walk(v) => &mut **v as *mut Walk as *mut c_void,
+            Param::Attn(v) => &mut **v as *mut AttnArgs as *mut c_void,
         })
         .collect();
     // SAFETY: `f` is a loaded kernel whose parameter list the generated source gives in this

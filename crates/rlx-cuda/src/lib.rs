@@ -5,13 +5,16 @@
 //! The driver, NVRTC and cuBLAS load at run time: the crate builds everywhere, and
 //! [`CudaBackend::new`] says so in a typed error where there is no driver or no such device.
 
+mod attention;
 mod claims;
 mod engine;
 mod gpu;
 mod kernels;
+mod kv;
 mod launch;
 mod matmul;
 mod memory;
+mod rows;
 pub mod source;
 
 pub use claims::{CudaClaims, KINDS};

@@ -2,10 +2,14 @@
 //! (NVRTC alone; `.ci/run` installs it from PyPI). Skips, saying so, where NVRTC is absent.
 
 use rlx_cuda::source::{self, Source};
+use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::elementwise::{Activation, ActivationBackward, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Fma, ReluBackward, Where};
+use rlx_ir::ops::fused::{FusedResidualLN, FusedResidualRmsNorm};
 use rlx_ir::ops::index::Gather;
-use rlx_ir::ops::reduce::{Reduce, ReduceOp};
-use rlx_ir::ops::shape::Transpose;
+use rlx_ir::ops::norm::{LayerNorm, LayerNorm2d, RmsNorm};
+use rlx_ir::ops::reduce::{ArgMax, ArgMin, CumMax, CumProd, Cumsum, CumsumBackward, Reduce, ReduceOp};
+use rlx_ir::ops::shape::{KvAppend, Transpose};
+use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyWithLogits};
 use rlx_ir::{DType, Op};
 
 const DTYPES: [DType; 13] = {
@@ -40,6 +44,7 @@ fn every_source() -> Vec<Source> {
         nodes.push((Op::Fma(Fma {}), vec![d, d, d]));
         nodes.push((Op::ReluBackward(ReluBackward {}), vec![d, d]));
         nodes.push((Op::Transpose(Transpose { perm: vec![1, 0] }), vec![d]));
+        nodes.extend(row_nodes(d));
     }
     let mut all: Vec<Source> = Vec::new();
     for (op, dtypes) in &nodes {
@@ -52,6 +57,37 @@ fn every_source() -> Vec<Source> {
     all
 }
 
+/// The row, attention, rope and KV-cache nodes over `d` (with every mask, table and label
+/// dtype beside it).
+fn row_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
+    let (axis, eps) = (-1, 1e-5);
+    let mut nodes = vec![
+        (Op::Softmax(Softmax { axis }), vec![d]),
+        (Op::LayerNorm(LayerNorm { axis, eps }), vec![d; 3]),
+        (Op::LayerNorm2d(LayerNorm2d { eps }), vec![d; 3]),
+        (Op::RmsNorm(RmsNorm { axis, eps, flatten_leading: false }), vec![d; 3]),
+        (Op::FusedResidualLN(FusedResidualLN { has_bias: true, eps }), vec![d; 5]),
+        (Op::FusedResidualRmsNorm(FusedResidualRmsNorm { has_bias: false, eps }), vec![d; 4]),
+        (Op::ArgMax(ArgMax { axis: 0, keep_dim: false }), vec![d]),
+        (Op::ArgMin(ArgMin { axis: 0, keep_dim: true }), vec![d]),
+        (Op::Cumsum(Cumsum { axis, exclusive: false }), vec![d]),
+        (Op::CumsumBackward(CumsumBackward { axis, exclusive: true }), vec![d]),
+        (Op::CumProd(CumProd { axis, exclusive: false }), vec![d]),
+        (Op::CumMax(CumMax { axis, exclusive: false }), vec![d]),
+        (Op::KvAppend(KvAppend { axis: 1, pos: 0 }), vec![d, d, DType::I64]),
+        (Op::Attention(Attention::new(4, 8, MaskKind::Causal)), vec![d; 3]),
+    ];
+    for other in DTYPES {
+        nodes.push((Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: Some(-100) }), vec![d, other]));
+        nodes.push((Op::Rope(Rope { head_dim: 8, n_rot: 8, style: RopeStyle::NeoX }), vec![d, other, other]));
+        nodes.push((Op::RopeBackward(RopeBackward { head_dim: 8, n_rot: 4, style: RopeStyle::GptJ }), vec![d, other, other]));
+        for kind in [MaskKind::Custom, MaskKind::Bias] {
+            nodes.push((Op::Attention(Attention::new(4, 8, kind)), vec![d, d, d, other]));
+        }
+    }
+    nodes
+}
+
 #[test]
 fn every_generated_kernel_compiles_for_sm_90() {
     let sources = every_source();
@@ -60,14 +96,14 @@ fn every_generated_kernel_compiles_for_sm_90() {
         eprintln!("skipped: {e} (put NVRTC on the loader path: see .ci/run)");
         return;
     }
-    // One NVRTC program per hundred kernels (each in a namespace of its own, entry renamed),
+    // One NVRTC program per hundred kernels (each in a namespace of its own, entry `k` renamed),
     // as compiling each alone would take minutes; a failing program is retried kernel by kernel
     // to name the culprit.
     for chunk in sources.chunks(100) {
         let mut program = source::PRELUDE.to_string();
         for (i, s) in chunk.iter().enumerate() {
             let body = s.code.strip_prefix(source::PRELUDE).expect("every source starts with the prelude");
-            program += &format!("namespace n{i} {{\n{}}}\n", body.replace("void k(", &format!("void k{i}(")));
+            program += &format!("namespace n{i} {{\n{}}}\n", body.replacen(" k(", &format!(" k{i}("), 1));
         }
         if rlx_cuda::compile(&program, "sm_90").is_ok() {
             continue;

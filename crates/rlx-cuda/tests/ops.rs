@@ -3,65 +3,16 @@
 //! bad indices. Every test skips, saying so, on a machine without a CUDA device; the GPU
 //! machine runs them through `tools/gpu/check.sh`.
 
+mod common;
+
+use common::{agree, f32_input, gpu, uniform, Tol};
 use rlx_cpu::CpuBackend;
 use rlx_cuda::CudaBackend;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::reduce::ReduceOp;
-use rlx_ir::{DType, Graph, Shape, TensorType, ValueId};
+use rlx_ir::{DType, Graph, Shape, TensorType};
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
-
-/// A session on cuda:0 with the CPU as host, or `None` (printing why) without a device.
-fn gpu() -> Option<Session> {
-    match CudaBackend::new(0) {
-        Ok(b) => Some(Session::new(Arc::new(b)).with_host(Arc::new(CpuBackend::new()))),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
-}
-
-/// Seeded values uniform in `[lo, hi)`.
-fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
-
-fn f32_input(g: &mut Graph, name: &str, dims: &[usize]) -> ValueId {
-    g.input(name, TensorType::new(DType::F32, Shape::of(dims)))
-}
-
-/// Runs `g` on the GPU and on the CPU with the same inputs; every output element agrees
-/// within `rtol` of the CPU's value or, where that is smaller, of `floor` times the output's
-/// largest magnitude (sums in another order and 2-ulp math functions err relative to the
-/// terms, not to a cancelled result); NaNs and infinities exactly. Asserts the whole graph
-/// ran on the device when `native`.
-fn agree(gpu: &Session, g: &Graph, inputs: &[(&str, Tensor)], (rtol, floor): (f64, f64), native: bool) {
-    let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
-    let mut on_gpu = gpu.compile(g).unwrap();
-    if native {
-        assert!(on_gpu.partition().is_none(), "part of the graph ran on the host:\n{}", on_gpu.partition().unwrap());
-    }
-    let got = on_gpu.run(&named).unwrap();
-    let want = Session::new(Arc::new(CpuBackend::new())).compile(g).unwrap().run(&named).unwrap();
-    for (o, (x, y)) in got.iter().zip(&want).enumerate() {
-        assert_eq!((x.dtype(), x.shape()), (y.dtype(), y.shape()), "output {o}");
-        let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
-        let scale = y.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs()));
-        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
-            let same = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rtol * b.abs().max(floor * scale);
-            assert!(same, "output {o} element {i}: cuda {a}, cpu {b}");
-        }
-    }
-}
 
 #[test]
 fn a_missing_device_is_a_typed_error() {
@@ -83,7 +34,7 @@ fn activations_and_their_derivatives() {
         g.set_outputs(vec![y, dx]).unwrap();
         let xs = Tensor::from_vec(uniform(231, 1, lo, hi), &[7, 33]).unwrap();
         let dys = Tensor::from_vec(uniform(231, 2, -1.0, 1.0), &[7, 33]).unwrap();
-        agree(&gpu, &g, &[("x", xs), ("dy", dys)], (2e-5, 1e-2), !matches!(kind, ActivationKind::Relu));
+        agree(&gpu, &g, &[("x", xs), ("dy", dys)], Tol { rtol: 2e-5, floor: 1e-2 }, !matches!(kind, ActivationKind::Relu));
     }
 }
 
@@ -99,7 +50,7 @@ fn binary_ops_broadcast_over_floats_and_integers() {
         g.set_outputs(vec![y]).unwrap();
         let lo = if op == Pow { 0.1 } else { -3.0 };
         let inputs = [("a", Tensor::from_vec(uniform(24, 3, lo, 3.0), &[4, 1, 6]).unwrap()), ("b", Tensor::from_vec(uniform(5, 4, -2.0, 2.0), &[5, 1]).unwrap())];
-        agree(&gpu, &g, &inputs, (1e-5, 1e-3), true);
+        agree(&gpu, &g, &inputs, Tol::rel(1e-5), true);
     }
     for dtype in [DType::I64, DType::I32] {
         for op in [Add, Sub, Mul, Div, Mod, Max, Min, BitAnd, BitXor] {
@@ -117,7 +68,7 @@ fn binary_ops_broadcast_over_floats_and_integers() {
                 DType::I32 => Tensor::from_vec(v.into_iter().map(|x| x as i32).collect::<Vec<_>>(), dims).unwrap(),
                 _ => Tensor::from_vec(v, dims).unwrap(),
             };
-            agree(&gpu, &g, &[("a", t(av, &[3, 8])), ("b", t(bv, &[8]))], (0.0, 0.0), true);
+            agree(&gpu, &g, &[("a", t(av, &[3, 8])), ("b", t(bv, &[8]))], Tol::rel(0.0), true);
         }
     }
 }
@@ -153,7 +104,7 @@ fn compare_select_fma_and_casts() {
         ("b", Tensor::from_vec(bv, &[10]).unwrap()),
         ("c", Tensor::from_vec(uniform(60, 9, -200.0, 200.0), &[6, 10]).unwrap()),
     ];
-    agree(&gpu, &g, &inputs, (0.0, 0.0), true);
+    agree(&gpu, &g, &inputs, Tol::rel(0.0), true);
 }
 
 #[test]
@@ -173,7 +124,7 @@ fn data_movement() {
     ];
     g.set_outputs(outs).unwrap();
     let inputs = [("x", Tensor::from_vec(uniform(60, 10, -1.0, 1.0), &[3, 4, 5]).unwrap()), ("y", Tensor::from_vec(uniform(30, 11, -1.0, 1.0), &[3, 2, 5]).unwrap())];
-    agree(&gpu, &g, &inputs, (0.0, 0.0), true);
+    agree(&gpu, &g, &inputs, Tol::rel(0.0), true);
 }
 
 #[test]
@@ -186,7 +137,7 @@ fn gathers_and_a_bad_index_is_an_error() {
     g.set_outputs(vec![y]).unwrap();
     let t = Tensor::from_vec(uniform(108, 12, -1.0, 1.0), &[4, 9, 3]).unwrap();
     let good = Tensor::from_vec(vec![0i64, 8, 3, 3, 1, 7, 2, 0, 5, 6], &[2, 5]).unwrap();
-    agree(&gpu, &g, &[("table", t.clone()), ("idx", good)], (0.0, 0.0), true);
+    agree(&gpu, &g, &[("table", t.clone()), ("idx", good)], Tol::rel(0.0), true);
     let bad = Tensor::from_vec(vec![0i64, 8, 3, 9, 1, 7, 2, 0, 5, 6], &[2, 5]).unwrap();
     let mut c = gpu.compile(&g).unwrap();
     let e = c.run(&[("table", &t), ("idx", &bad)]).unwrap_err().to_string();
@@ -204,7 +155,7 @@ fn reductions() {
         let outs = vec![g.reduce(op, x, &[2], false).unwrap(), g.reduce(op, x, &[0, 2], true).unwrap(), g.reduce(op, x, &[0, 1, 2], false).unwrap()];
         g.set_outputs(outs).unwrap();
         let (lo, hi) = if op == ReduceOp::Prod { (0.9, 1.1) } else { (-2.0, 2.0) };
-        agree(&gpu, &g, &[("x", Tensor::from_vec(uniform(210, 13, lo, hi), &[5, 6, 7]).unwrap())], (1e-5, 1.0), true);
+        agree(&gpu, &g, &[("x", Tensor::from_vec(uniform(210, 13, lo, hi), &[5, 6, 7]).unwrap())], Tol::norm(1e-5), true);
     }
 }
 
@@ -219,7 +170,7 @@ fn products_batched_broadcast_and_half_precision() {
         g.set_outputs(vec![y]).unwrap();
         let ta = Tensor::from_vec(uniform(a_dims.iter().product(), 14, -1.0, 1.0), &a_dims).unwrap();
         let tb = Tensor::from_vec(uniform(b_dims.iter().product(), 15, -1.0, 1.0), &b_dims).unwrap();
-        agree(&gpu, &g, &[("a", ta), ("b", tb)], (1e-5, 1.0), true);
+        agree(&gpu, &g, &[("a", ta), ("b", tb)], Tol::norm(1e-5), true);
     }
     for dtype in [DType::BF16, DType::F16] {
         let mut g = Graph::new();
@@ -230,7 +181,7 @@ fn products_batched_broadcast_and_half_precision() {
         let y = g.cast(y, DType::F32).unwrap();
         g.set_outputs(vec![y]).unwrap();
         let inputs = [("a", Tensor::from_vec(uniform(64 * 128, 16, -1.0, 1.0), &[64, 128]).unwrap()), ("b", Tensor::from_vec(uniform(128 * 32, 17, -1.0, 1.0), &[128, 32]).unwrap())];
-        agree(&gpu, &g, &inputs, (2e-2, 1.0), true);
+        agree(&gpu, &g, &inputs, Tol::norm(2e-2), true);
     }
 }
 

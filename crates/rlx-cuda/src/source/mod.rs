@@ -1,11 +1,19 @@
 //! CUDA C for every kernel the backend launches, generated from the op and its dtypes alone
 //! (never from shapes, which arrive as arguments), so one compiled kernel serves every shape.
 //! Each source defines `extern "C" __global__ void k(...)`. Activations and their derivatives
-//! come from the IR's expression table ([`rlx_ir::ops::elementwise::emit`]).
+//! come from the IR's expression table ([`rlx_ir::ops::elementwise::emit`]). Row kernels
+//! (softmax, norms, arg-extrema, scans, cross-entropy) are in [`rows`], attention and rotary
+//! embeddings in [`attention`].
 
+pub mod attention;
+pub mod rows;
+
+use attention::Masking;
+use rlx_ir::ops::attention::MaskKind;
 use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Op};
+use rows::{Norm, Scan};
 
 /// A kernel's CUDA C and the family it belongs to (for errors).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -260,6 +268,27 @@ pub fn gather(size: usize, index: DType) -> Option<Source> {
     Some(Source { name: "gather", code })
 }
 
+/// `KvAppend`'s write of elements of `size` bytes: the `n = outer·steps·inner` elements of
+/// `rows` go to positions `p..p + steps` along the axis of a cache of capacity `cap`, in
+/// place, `p` being `at[0]` (read on the device) or `pos` when `at` is null. A position that
+/// does not fit writes nothing and reports `[2, p, steps, cap, axis]` in `err`.
+pub fn kv_write(size: usize) -> Option<Source> {
+    let t = ["u8", "u16", "", "u32", "", "", "", "u64"].get(size.checked_sub(1)?).filter(|t| !t.is_empty())?;
+    let code = format!(
+        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ cache, const {t}* __restrict__ rows, const i64* __restrict__ at, i64 pos, i64 n, i64 steps, i64 inner, i64 cap, i64 axis, i64* err) {{
+    const i64 p = at ? at[0] : pos;
+    if (p < 0 || p > cap - steps) {{
+        if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS((unsigned long long*)err, 0ull, 2ull) == 0ull) {{ err[1] = p; err[2] = steps; err[3] = cap; err[4] = axis; }}
+        return;
+    }}
+    const i64 span = steps * inner;
+    EACH(i, n) {{ cache[(i / span * cap + p) * inner + i % span] = rows[i]; }}
+}}
+"
+    );
+    Some(Source { name: "kv append", code })
+}
+
 /// `Reduce` of a float dtype, one output element per thread: walk 0 over the output gives
 /// the first input element, walk 1 over the reduced axes the rest; accumulates in `float`
 /// (`double` for f64).
@@ -312,6 +341,30 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
         Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(Vec::new),
+        Op::Softmax(_) => rows::softmax(d(0)?).map(|s| vec![s]),
+        Op::LayerNorm(_) | Op::LayerNorm2d(_) => rows::norm(Norm::Layer, d(0)?).map(|s| vec![s]),
+        Op::RmsNorm(_) => rows::norm(Norm::Rms, d(0)?).map(|s| vec![s]),
+        Op::FusedResidualLN(_) => rows::residual_norm(Norm::Layer, d(0)?).map(|s| vec![s]),
+        Op::FusedResidualRmsNorm(_) => rows::residual_norm(Norm::Rms, d(0)?).map(|s| vec![s]),
+        Op::ArgMax(_) => rows::arg_extreme(true, d(0)?).map(|s| vec![s]),
+        Op::ArgMin(_) => rows::arg_extreme(false, d(0)?).map(|s| vec![s]),
+        Op::Cumsum(_) | Op::CumsumBackward(_) => rows::scan(Scan::Sum, d(0)?).map(|s| vec![s]),
+        Op::CumProd(_) => rows::scan(Scan::Prod, d(0)?).map(|s| vec![s]),
+        Op::CumMax(_) => rows::scan(Scan::Max, d(0)?).map(|s| vec![s]),
+        Op::SoftmaxCrossEntropyWithLogits(_) => rows::sparse_cross_entropy(d(0)?, d(1)?).map(|s| vec![s]),
+        Op::Rope(_) | Op::RopeBackward(_) => attention::rope(d(0)?, d(1)?).map(|s| vec![s]),
+        Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
+        Op::Attention(a) => attention::attention(d(0)?, masking(a.mask_kind, d(3))?).map(|s| vec![s]),
+        Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }
+}
+
+/// The attention kernel's masking for `kind`, given the dtype of the mask or bias operand.
+fn masking(kind: MaskKind, extra: Option<DType>) -> Option<Masking> {
+    Some(match kind {
+        MaskKind::None | MaskKind::Causal | MaskKind::SlidingWindow(_) => Masking::Ranges,
+        MaskKind::Custom => Masking::Keys(extra?),
+        MaskKind::Bias => Masking::Bias(extra?),
+    })
 }

@@ -1,0 +1,166 @@
+//! Launches of the row kernels ([`crate::source::rows`]): softmax, the norms (plain, 2-D and
+//! fused with a residual), the arg-extrema, the running scans and the sparse cross-entropy.
+//!
+//! A tensor is seen as `[outer, n, inner]` around the kernel's axis; each of the
+//! `outer·inner` rows gets a warp (rows of up to [`SHORT`] elements, [`WARPS`] to a block)
+//! or a block of its own (longer rows). Rows of no element launch nothing.
+
+use crate::engine::{numel, CudaEngine};
+use crate::launch::{self, contiguous, Param, Walk};
+use crate::memory::DevMem;
+use crate::source::rows::{self as src, Norm, Scan, ROW_THREADS};
+use rlx_ir::Op;
+use rlx_runtime::Arg;
+
+type Res = Result<(), String>;
+
+/// Rows of at most this many elements take one warp each.
+const SHORT: usize = 1024;
+/// Warps (rows) per block for short rows.
+const WARPS: u32 = 8;
+
+/// The device address of an operand.
+pub(crate) fn ptr(a: Arg<'_, DevMem>) -> Param {
+    Param::Ptr(a.buf.at(a.offset))
+}
+
+/// `dims` around `axis`: `(outer, n, inner)`.
+fn lanes(dims: &[usize], axis: usize) -> (usize, usize, usize) {
+    (dims[..axis].iter().product(), dims[axis], dims[axis + 1..].iter().product())
+}
+
+/// A grid extent, or an error when it passes CUDA's limit.
+pub(crate) fn extent(blocks: usize) -> Result<u32, String> {
+    u32::try_from(blocks).ok().filter(|&b| b < i32::MAX as u32).ok_or_else(|| format!("{blocks} blocks exceed a CUDA grid"))
+}
+
+/// Launches a row kernel over `rows` rows of `n` elements: `params` end with `per_warp`,
+/// which this adds.
+fn over_rows(e: &CudaEngine, f: cudarc::driver::sys::CUfunction, rows: usize, n: usize, mut params: Vec<Param>) -> Res {
+    if rows == 0 {
+        return Ok(());
+    }
+    let (grid, threads, per_warp) = if n <= SHORT {
+        (rows.div_ceil(WARPS as usize), WARPS * 32, 1)
+    } else {
+        (rows, if n <= 8192 { 256 } else { ROW_THREADS }, 0)
+    };
+    params.push(Param::I32(per_warp));
+    launch::grid(&e.gpu, f, (extent(grid)?, 1, 1), (threads, 1, 1), 0, &mut params)
+}
+
+/// `Softmax` along `axis` (Python-style) of `x` into `out`.
+pub fn softmax(e: &CudaEngine, op: &Op, axis: i32, x: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Res {
+    let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(axis as i64, x.dims.len())?);
+    if n == 0 {
+        return Ok(());
+    }
+    let f = e.kernel(src::softmax(x.dtype), op, &[x.dtype])?;
+    over_rows(e, f, outer * inner, n, vec![ptr(out), ptr(x), Param::I64((outer * inner) as i64), Param::I64(n as i64), Param::I64(inner as i64)])
+}
+
+/// `LayerNorm` / `LayerNorm2d` (axis 1) / `RmsNorm` along `axis`: inputs `(x, gamma, beta)`.
+pub fn norm(e: &CudaEngine, op: &Op, kind: Norm, axis: i32, eps: f32, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Res {
+    let x = ins[0];
+    let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(axis as i64, x.dims.len())?);
+    if n == 0 {
+        return Ok(());
+    }
+    let f = e.kernel(src::norm(kind, x.dtype), op, &[x.dtype])?;
+    let rows = outer * inner;
+    let params = vec![ptr(out), ptr(x), ptr(ins[1]), ptr(ins[2]), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64), Param::F32(eps)];
+    over_rows(e, f, rows, n, params)
+}
+
+/// `FusedResidualLN` / `FusedResidualRmsNorm` over the last axis: inputs `(x, residual
+/// [, bias], gamma, beta)`, the residual broadcasting to `x`.
+pub fn residual_norm(e: &CudaEngine, op: &Op, kind: Norm, has_bias: bool, eps: f32, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Res {
+    let (x, res) = (ins[0], ins[1]);
+    let r = x.dims.len();
+    let n = *x.dims.last().ok_or("x needs a feature axis")?;
+    if n == 0 {
+        return Ok(());
+    }
+    let f = e.kernel(src::residual_norm(kind, x.dtype), op, &[x.dtype])?;
+    // The residual's element stride along each leading axis of x (right-aligned, 0 where it
+    // broadcasts), and along the feature axis.
+    let (rd, own) = (res.dims, contiguous(res.dims));
+    let shift = r as isize - rd.len() as isize;
+    let stride = |axis: usize| -> i64 {
+        let k = axis as isize - shift;
+        if k < 0 || rd[k as usize] == 1 {
+            0
+        } else {
+            own[k as usize]
+        }
+    };
+    let lead = &x.dims[..r - 1];
+    let walk = Walk::new(lead, &[(0..r - 1).map(stride).collect()])?;
+    let bias = if has_bias { ptr(ins[2]) } else { Param::Ptr(0) };
+    let (gamma, beta) = (ins[ins.len() - 2], ins[ins.len() - 1]);
+    let rows = numel(lead);
+    let params = vec![
+        ptr(out),
+        ptr(x),
+        ptr(res),
+        bias,
+        ptr(gamma),
+        ptr(beta),
+        Param::I64(rows as i64),
+        Param::I64(n as i64),
+        Param::Walk(Box::new(walk)),
+        Param::I64(stride(r - 1)),
+        Param::F32(eps),
+    ];
+    over_rows(e, f, rows, n, params)
+}
+
+/// `ArgMax` / `ArgMin` along `axis` into I64 indices.
+pub fn arg_extreme(e: &CudaEngine, op: &Op, max: bool, axis: usize, x: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Res {
+    let (outer, n, inner) = lanes(x.dims, axis);
+    let rows = outer * inner;
+    if n == 0 && rows > 0 {
+        return Err(format!("the axis {axis} of {:?} is empty: no extreme to index", x.dims));
+    }
+    let f = e.kernel(src::arg_extreme(max, x.dtype), op, &[x.dtype])?;
+    over_rows(e, f, rows, n, vec![ptr(out), ptr(x), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64)])
+}
+
+/// The running folds along `axis` (Python-style): `Cumsum`, `CumProd`, `CumMax`, and
+/// `CumsumBackward` (`reverse`).
+#[allow(clippy::too_many_arguments)]
+pub fn scan(e: &CudaEngine, op: &Op, kind: Scan, axis: i32, exclusive: bool, reverse: bool, x: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Res {
+    let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(axis as i64, x.dims.len())?);
+    let f = e.kernel(src::scan(kind, x.dtype), op, &[x.dtype])?;
+    let count = outer * inner;
+    let mut params = vec![
+        ptr(out),
+        ptr(x),
+        Param::I64(count as i64),
+        Param::I64(n as i64),
+        Param::I64(inner as i64),
+        Param::I32(exclusive as i32),
+        Param::I32(reverse as i32),
+    ];
+    launch::elementwise(&e.gpu, f, if n == 0 { 0 } else { count }, &mut params)
+}
+
+/// `SoftmaxCrossEntropyWithLogits` of `logits [.., C]` against integer `labels [..]`; a bad
+/// label is reported through the engine's reports.
+pub fn sparse_cross_entropy(e: &CudaEngine, op: &Op, ignore: Option<i64>, logits: Arg<'_, DevMem>, labels: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Res {
+    let n = *logits.dims.last().ok_or("logits need a class axis")?;
+    let rows = numel(labels.dims);
+    let f = e.kernel(src::sparse_cross_entropy(logits.dtype, labels.dtype), op, &[logits.dtype, labels.dtype])?;
+    let params = vec![
+        ptr(out),
+        ptr(logits),
+        ptr(labels),
+        Param::I64(rows as i64),
+        Param::I64(n as i64),
+        Param::I32(ignore.is_some() as i32),
+        Param::I64(ignore.unwrap_or(0)),
+        Param::Ptr(e.reports()),
+    ];
+    over_rows(e, f, rows, n, params)
+}
+

@@ -1,0 +1,348 @@
+//! Kernels over rows — the lanes along one axis of a tensor seen as `[outer, n, inner]`, lane
+//! `r` holding the `n` elements `(r / inner)·n·inner + r % inner + j·inner`: softmax, the
+//! norms, the arg-extrema, the running scans and the sparse cross-entropy.
+//!
+//! A reducing kernel gives each row one warp (`per_warp`, several rows per block: short rows)
+//! or one block (`blockDim.x` threads, a multiple of 32: long rows); its reductions
+//! ([`ROWS`]) hand every lane of the row the same value. Statistics accumulate in `float`
+//! (`double` for f64), as OPS.md asks. The scans walk each lane sequentially, one thread per
+//! lane, in the CPU's order, so their floats are the CPU's bits.
+
+use super::{ctype, CType, PRELUDE};
+use super::Source;
+use rlx_ir::DType;
+
+/// The most threads a row kernel is launched with (its `__launch_bounds__`).
+pub const ROW_THREADS: u32 = 512;
+
+/// Row reductions, after [`PRELUDE`]: warp shuffles over all 32 lanes, then, for a row per
+/// block, one partial per warp through shared memory.
+pub const ROWS: &str = r#"#define FULL 0xffffffffu
+#define INF __int_as_float(0x7f800000)
+template <typename T> __device__ __forceinline__ T max_nan(T a, T b) { return (b > a || b != b) ? b : a; }
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+/* This thread's row, its lane in the row and the row's lane count. */
+struct Lane { i64 row; int lane, width; };
+__device__ __forceinline__ Lane lane_of(int per_warp) {
+    Lane l;
+    if (per_warp) { l.lane = threadIdx.x & 31; l.width = 32; l.row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); }
+    else { l.lane = threadIdx.x; l.width = blockDim.x; l.row = blockIdx.x; }
+    return l;
+}
+/* The sum over the row's lanes, in every lane; a row per block calls it from every thread. */
+template <typename T> __device__ T row_sum(T v, int per_warp) {
+    __shared__ T part[32];
+    v = warp_sum(v);
+    if (per_warp) return v;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : (T)0;
+    return warp_sum(v);
+}
+/* The maximum over the row's lanes (NaN if any lane holds one), in every lane. */
+template <typename T> __device__ T row_max(T v, int per_warp) {
+    __shared__ T part[32];
+    v = warp_max(v);
+    if (per_warp) return v;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : -(T)INF;
+    return warp_max(v);
+}
+"#;
+
+/// The C name of math function `f` (`exp`, `log`, `sqrt`, `tanh`) in `c`'s compute type.
+pub(super) fn math(c: &CType, f: &str) -> String {
+    if c.compute == "double" {
+        f.to_string()
+    } else {
+        format!("{f}f")
+    }
+}
+
+/// A float dtype's C form (f16/bf16 compute in `float`).
+pub(super) fn float(d: DType) -> Option<CType> {
+    ctype(d).filter(|c| c.float)
+}
+
+/// A row kernel's source: the prelude, the reductions, `T`/`acc_t` for `c`, then `body`.
+fn row_source(name: &'static str, c: &CType, body: &str) -> Source {
+    Source { name, code: format!("{PRELUDE}{ROWS}typedef {} T;\ntypedef {} acc_t;\n{body}", c.store, c.compute) }
+}
+
+/// The preamble of a row kernel's body: this thread's lane, the row's first element `base`
+/// (`rows`, `n`, `inner` are parameters), leaving when the row is past the end.
+const ROW: &str = "    const Lane l = lane_of(per_warp);
+    if (l.row >= rows) return;
+    const i64 base = (l.row / inner) * n * inner + l.row % inner;
+";
+
+/// `Softmax` along one axis: per row the max (NaN-propagating), `Σ exp(x − max)`, then
+/// `exp(x − max) / Σ`. A row holding NaN, or only −inf, gives NaN (as the CPU).
+pub fn softmax(d: DType) -> Option<Source> {
+    let c = float(d)?;
+    let exp = math(&c, "exp");
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, int per_warp) {{
+{ROW}    const T* xr = x + base;
+    T* yr = out + base;
+    acc_t m = -(acc_t)INF;
+    for (i64 j = l.lane; j < n; j += l.width) m = max_nan(m, (acc_t){x0});
+    m = row_max(m, per_warp);
+    acc_t s = 0;
+    for (i64 j = l.lane; j < n; j += l.width) s += {exp}({x0} - m);
+    s = row_sum(s, per_warp);
+    for (i64 j = l.lane; j < n; j += l.width) yr[j * inner] = {y};
+}}
+",
+        x0 = c.load("xr[j * inner]"),
+        y = c.store(&format!("{exp}({} - m) / s", c.load("xr[j * inner]"))),
+    );
+    Some(row_source("softmax", &c, &body))
+}
+
+/// Which normalization a norm kernel applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norm {
+    /// `(x − mean)/√(var + eps)·γ + β`, biased variance.
+    Layer,
+    /// `x/√(mean(x²) + eps)·γ + β`.
+    Rms,
+}
+
+/// The statistics of the row `v(j)` into `mean` (0 for RMS) and `r = 1/√(… + eps)`, two
+/// passes for LayerNorm.
+fn stats(norm: Norm, c: &CType, v: &str) -> String {
+    let sqrt = math(c, "sqrt");
+    let mean = match norm {
+        Norm::Layer => format!(
+            "    acc_t mean = 0;
+    for (i64 j = l.lane; j < n; j += l.width) mean += {v};
+    mean = row_sum(mean, per_warp) / (acc_t)n;
+    acc_t var = 0;
+    for (i64 j = l.lane; j < n; j += l.width) {{ acc_t e = {v} - mean; var += e * e; }}
+    var = row_sum(var, per_warp) / (acc_t)n;
+"
+        ),
+        Norm::Rms => format!(
+            "    const acc_t mean = 0;
+    acc_t var = 0;
+    for (i64 j = l.lane; j < n; j += l.width) {{ acc_t e = {v}; var += e * e; }}
+    var = row_sum(var, per_warp) / (acc_t)n;
+"
+        ),
+    };
+    format!("{mean}    const acc_t r = (acc_t)1 / {sqrt}(var + (acc_t)eps);\n")
+}
+
+/// `LayerNorm` / `RmsNorm` (and `LayerNorm2d`: the channel axis) along one axis with `γ, β`
+/// of `[n]`.
+pub fn norm(norm: Norm, d: DType) -> Option<Source> {
+    let c = float(d)?;
+    let v = c.load("xr[j * inner]");
+    let y = c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, i64 inner, float eps, int per_warp) {{
+{ROW}    const T* xr = x + base;
+    T* yr = out + base;
+{stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j * inner] = {y};
+}}
+",
+        stats = stats(norm, &c, &v),
+    );
+    Some(row_source(if norm == Norm::Layer { "layer norm" } else { "rms norm" }, &c, &body))
+}
+
+/// `FusedResidualLN` / `FusedResidualRmsNorm` over the last axis: `x + residual [+ bias]`,
+/// rounded to the dtype after each add as the unfused `Add`s would be, is written into the
+/// output row, whose elements each thread reads back (the same ones it wrote), and
+/// normalized there. `residual` is read at `walk(rw, 0, row) + j·res_last` (it broadcasts);
+/// `bias` is null without one.
+pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
+    let c = float(d)?;
+    let v = c.load("yr[j]");
+    let round = |e: &str| c.load(&c.store(e));
+    let sum = format!("{} + {}", c.load("xr[j]"), c.load("rr[j * res_last]"));
+    let y = c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ bias, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, Walk rw, i64 res_last, float eps, int per_warp) {{
+    const i64 inner = 1;
+{ROW}    const T* xr = x + base;
+    const T* rr = res + walk(rw, 0, l.row);
+    T* yr = out + base;
+    for (i64 j = l.lane; j < n; j += l.width) {{
+        acc_t s = {sum};
+        if (bias) s = {round_s} + {b};
+        yr[j] = {store_s};
+    }}
+{stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j] = {y};
+}}
+",
+        round_s = round("s"),
+        b = c.load("bias[j]"),
+        store_s = c.store("s"),
+        stats = stats(norm, &c, &v),
+    );
+    Some(row_source(if norm == Norm::Layer { "fused residual layer norm" } else { "fused residual rms norm" }, &c, &body))
+}
+
+/// The type arg-extrema compare in and shuffle: `float`/`double` for floats, `long long`
+/// for integers and Bool, `unsigned long long` for u64.
+fn key_type(d: DType) -> Option<&'static str> {
+    let c = ctype(d)?;
+    Some(match (d, c.float) {
+        (DType::F64, _) => "double",
+        (_, true) => "float",
+        (DType::U64, _) => "unsigned long long",
+        _ => "long long",
+    })
+}
+
+/// `ArgMax` / `ArgMin` (`max`) along one axis into I64: each lane keeps the first best of
+/// its elements, then the row reduces `(value, index)` pairs where NaN beats every number
+/// and ties go to the lower index, which picks the first extreme (`np.argmax`) whatever the
+/// order of reduction.
+pub fn arg_extreme(max: bool, d: DType) -> Option<Source> {
+    let c = ctype(d)?;
+    let key = key_type(d)?;
+    let cmp = if max { ">" } else { "<" };
+    let code = format!(
+        "{PRELUDE}{ROWS}typedef {store} T;
+typedef {key} key_t;
+/* Whether (v, i) beats (w, j): a candidate beats none (j < 0); NaN beats numbers; ties by index. */
+__device__ __forceinline__ bool beats(key_t v, i64 i, key_t w, i64 j) {{
+    if (i < 0) return false;
+    if (j < 0) return true;
+    const bool vn = v != v, wn = w != w;
+    if (vn || wn) return vn && (!wn || i < j);
+    return v {cmp} w || (v == w && i < j);
+}}
+__device__ __forceinline__ void warp_best(key_t& v, i64& i) {{
+    for (int o = 16; o > 0; o >>= 1) {{
+        key_t w = __shfl_xor_sync(FULL, v, o);
+        i64 j = __shfl_xor_sync(FULL, i, o);
+        if (beats(w, j, v, i)) {{ v = w; i = j; }}
+    }}
+}}
+extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(i64* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, int per_warp) {{
+    __shared__ key_t vs[32];
+    __shared__ i64 is[32];
+{ROW}    const T* xr = x + base;
+    key_t best = 0;
+    i64 at = -1;
+    for (i64 j = l.lane; j < n; j += l.width) {{
+        const key_t v = (key_t){load};
+        if (beats(v, j, best, at)) {{ best = v; at = j; }}
+    }}
+    warp_best(best, at);
+    if (!per_warp) {{
+        if ((threadIdx.x & 31) == 0) {{ vs[threadIdx.x >> 5] = best; is[threadIdx.x >> 5] = at; }}
+        __syncthreads();
+        const bool has = (threadIdx.x & 31) < (blockDim.x >> 5);
+        best = has ? vs[threadIdx.x & 31] : (key_t)0;
+        at = has ? is[threadIdx.x & 31] : -1;
+        warp_best(best, at);
+    }}
+    if (l.lane == 0) out[l.row] = at;
+}}
+",
+        store = c.store,
+        load = c.load("xr[j * inner]"),
+    );
+    Some(Source { name: if max { "argmax" } else { "argmin" }, code })
+}
+
+/// Which running fold a scan kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan {
+    Sum,
+    Prod,
+    Max,
+}
+
+/// `Cumsum`, `CumProd`, `CumMax` and `CumsumBackward` (`reverse`) along one axis, one
+/// thread per lane walking it in order (exclusive: each output is the fold before its
+/// element). Floats fold in their compute type; integers sum and multiply in `u64`, which
+/// wraps as the dtype does once truncated, and take their max in their own type.
+pub fn scan(op: Scan, d: DType) -> Option<Source> {
+    let c = ctype(d).filter(|_| d != DType::Bool)?;
+    let (acc, init, step) = match (op, c.float) {
+        (Scan::Sum, true) => (c.compute, "0".to_string(), "a + v"),
+        (Scan::Prod, true) => (c.compute, "1".to_string(), "a * v"),
+        (Scan::Max, true) => (c.compute, "-(acc_t)INF".to_string(), "max_nan(a, v)"),
+        (Scan::Sum, false) => ("u64", "0".to_string(), "a + v"),
+        (Scan::Prod, false) => ("u64", "1".to_string(), "a * v"),
+        (Scan::Max, false) => (c.compute, c.range?.0.to_string(), "(v > a ? v : a)"),
+    };
+    let code = format!(
+        "{PRELUDE}{ROWS}typedef {store} T;
+typedef {acc} acc_t;
+extern \"C\" __global__ void k(T* __restrict__ out, const T* __restrict__ x, i64 lanes, i64 n, i64 inner, int exclusive, int reverse) {{
+    EACH(r, lanes) {{
+        const i64 base = (r / inner) * n * inner + r % inner;
+        acc_t a = {init};
+        for (i64 s = 0; s < n; ++s) {{
+            const i64 at = base + (reverse ? n - 1 - s : s) * inner;
+            const acc_t v = (acc_t){load};
+            if (exclusive) {{ out[at] = {store_a}; a = {step}; }}
+            else {{ a = {step}; out[at] = {store_a}; }}
+        }}
+    }}
+}}
+",
+        store = c.store,
+        load = c.load("x[at]"),
+        store_a = c.store("a"),
+    );
+    Some(Source { name: "scan", code })
+}
+
+/// `SoftmaxCrossEntropyWithLogits` over rows of `c` logits: `logsumexp − logit[label]`, 0
+/// where the label is `ignore_index` (`has_ignore`). Any other label outside `[0, c)` is
+/// reported in `err` (`[3, row, label, c, has_ignore, ignore]`) and its row left unwritten.
+pub fn sparse_cross_entropy(d: DType, labels: DType) -> Option<Source> {
+    let c = float(d)?;
+    let lc = ctype(labels).filter(|l| !l.float && labels != DType::Bool)?;
+    let label = if labels == DType::U64 { "(labels[l.row] > 9223372036854775807ull ? 9223372036854775807ll : (i64)labels[l.row])" } else { "(i64)labels[l.row]" };
+    let (exp, log) = (math(&c, "exp"), math(&c, "log"));
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {ls}* __restrict__ labels, i64 rows, i64 n, int has_ignore, i64 ignore, i64* err, int per_warp) {{
+    const i64 inner = 1;
+{ROW}    const i64 label = {label};
+    if (has_ignore && label == ignore) {{
+        if (l.lane == 0) out[l.row] = {zero};
+        return;
+    }}
+    if (label < 0 || label >= n) {{
+        if (l.lane == 0 && atomicCAS((unsigned long long*)err, 0ull, 3ull) == 0ull) {{ err[1] = l.row; err[2] = label; err[3] = n; err[4] = has_ignore; err[5] = ignore; }}
+        return;
+    }}
+    const T* xr = logits + base;
+    acc_t m = -(acc_t)INF;
+    for (i64 j = l.lane; j < n; j += l.width) m = max_nan(m, (acc_t){x});
+    m = row_max(m, per_warp);
+    acc_t ls = 0;
+    if (m == m && m != (acc_t)INF && m != -(acc_t)INF) {{
+        acc_t s = 0;
+        for (i64 j = l.lane; j < n; j += l.width) s += {exp}({x} - m);
+        ls = {log}(row_sum(s, per_warp));
+    }}
+    if (l.lane == 0) out[l.row] = {y};
+}}
+",
+        ls = lc.store,
+        zero = c.store("0"),
+        x = c.load("xr[j]"),
+        y = c.store(&format!("m + ls - {}", c.load("xr[label]"))),
+    );
+    Some(row_source("sparse cross-entropy", &c, &body))
+}
