@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds, on the CPU machine, everything the GPU machine runs (it has no Rust toolchain):
-# the rlx-cuda test and bench binaries in the stripped `gpu` profile, copied to target/device/bin, which
+# the rlx-cuda test and bench binaries in the stripped `gpu` profile, in target/device/bins.tar.xz, which
 # the device run carries (`carry: ["target/device"]`) and tools/gpu/check.sh runs there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,4 +14,6 @@ for line in sys.stdin:
         shutil.copy(m["executable"], "target/device/bin/" + m["target"]["name"])
 '
 ls -la target/device/bin
+# Compressed, as the binaries together pass the 64 MiB a device run may carry.
+tar cJf target/device/bins.tar.xz -C target/device bin && rm -rf target/device/bin
 du -sh target/device

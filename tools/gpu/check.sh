@@ -3,6 +3,7 @@
 # tests against the CPU backend) and prints one line per binary; exits non-zero if any fails.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+[ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 for bin in target/device/bin/*; do
