@@ -211,7 +211,9 @@ fn rope_in_both_styles_partial_and_inverse() {
                 let outs = [y, dx].map(|v| if dtype == DType::F32 { v } else { g.cast(v, DType::F32).unwrap() });
                 g.set_outputs(outs.to_vec()).unwrap();
                 let inputs = [("x", random(x_dims, 30, -2.0, 2.0)), ("cos", cos), ("sin", sin)];
-                let tol = if dtype == DType::F32 { Tol::rel(1e-6) } else { Tol::rel(2e-2) };
+                // A bf16 rotation undone from its rounded result errs by the rounding of its
+                // input's magnitude, not of a small result: normwise.
+                let tol = if dtype == DType::F32 { Tol::rel(1e-6) } else { Tol::norm(2e-2) };
                 agree_native(&gpu, &g, &inputs, tol, &[OpKind::Rope, OpKind::RopeBackward]);
             }
         }

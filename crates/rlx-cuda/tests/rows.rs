@@ -54,7 +54,10 @@ fn softmax_over_odd_row_lengths() {
         let mut xs = uniform(3 * n, n as u64, -8.0, 8.0);
         // A −inf logit weighs nothing (a row of it alone is NaN, on both).
         xs[0] = f32::NEG_INFINITY;
-        agree_native(&gpu, &g, &[("x", Tensor::from_vec(xs, &[3, n]).unwrap())], tol(DType::F32, false), &[OpKind::Softmax]);
+        // Rows of thousands normalise by sums taken in another order than the CPU's: their
+        // probabilities agree to 1e-4 (2e-5 seen on the H200), shorter rows to 1e-5.
+        let tol = if n >= 1000 { Tol::rel(1e-4) } else { tol(DType::F32, false) };
+        agree_native(&gpu, &g, &[("x", Tensor::from_vec(xs, &[3, n]).unwrap())], tol, &[OpKind::Softmax]);
     }
 }
 
