@@ -4,7 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device
-for shape in "8192 8192 8192 bf16" "4096 4096 4096 f32" "4096 4096 4096 f16"; do
-  target/device/bin/gemm $shape
-  python3 tools/gpu/gemm.py $shape
+for case in "8192 bf16" "4096 f32" "4096 f16" "4096 bf16"; do
+  set -- $case
+  target/device/bin/gemm "$1" "$2"
+  python3 tools/gpu/gemm.py "$1" "$1" "$1" "$2"
 done

@@ -1,8 +1,9 @@
 //! One CUDA device as the engine uses it: its context, the one stream every launch, copy and
-//! allocation is ordered on, a cuBLAS handle bound to that stream, and the kernels compiled
-//! for it.
+//! allocation is ordered on, cuBLAS and cuBLASLt handles working on that stream (sharing one
+//! workspace, as the stream orders their calls), and the kernels compiled for it.
 
 use crate::kernels::Kernels;
+use crate::lt::Lt;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as cu, sys, CudaContext, DriverError};
 use rlx_runtime::{Result, RuntimeError};
@@ -11,10 +12,12 @@ use std::sync::Arc;
 
 /// A device opened for rlx.
 pub struct Gpu {
+    /// Declared first so that it goes before the context.
+    pub(crate) lt: Lt,
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: sys::CUstream,
     pub(crate) blas: blas_sys::cublasHandle_t,
-    workspace: sys::CUdeviceptr,
+    pub(crate) workspace: sys::CUdeviceptr,
     pub(crate) kernels: Kernels,
     /// `sm_XY` of the device, what NVRTC compiles for.
     pub(crate) arch: String,
@@ -24,7 +27,7 @@ pub struct Gpu {
 }
 
 /// Bytes of cuBLAS's workspace (what it asks for on Hopper).
-const BLAS_WORKSPACE: usize = 32 << 20;
+pub(crate) const BLAS_WORKSPACE: usize = 32 << 20;
 
 /// Openings so far, numbering each.
 static OPENED: AtomicU64 = AtomicU64::new(1);
@@ -55,6 +58,11 @@ impl Gpu {
         if !unsafe { sys::is_culib_present() } {
             return Err(error(format!("cuda:{ordinal} was asked for, but no CUDA driver (libcuda) is installed on this machine")));
         }
+        // SAFETY: only probe whether the libraries load.
+        let (blas_present, lt_present) = unsafe { (blas_sys::is_culib_present(), cudarc::cublaslt::sys::is_culib_present()) };
+        if !blas_present || !lt_present {
+            return Err(error(format!("cuda:{ordinal} was asked for, but cuBLAS (libcublas, libcublasLt) is not on the loader path")));
+        }
         cu::init().map_err(driver("initialising the CUDA driver"))?;
         let count = cu::device::get_count().map_err(driver("counting CUDA devices"))?;
         if ordinal >= count.max(0) as usize {
@@ -73,6 +81,7 @@ impl Gpu {
             .result()
             .map_err(|e| error(format!("setting cuBLAS's workspace: {e:?}")))?;
         Ok(Arc::new(Gpu {
+            lt: Lt::new()?,
             ctx,
             stream,
             blas,

@@ -12,6 +12,7 @@ mod gpu;
 mod kernels;
 mod kv;
 mod launch;
+mod lt;
 mod matmul;
 mod memory;
 mod rows;

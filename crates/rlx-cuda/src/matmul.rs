@@ -1,10 +1,12 @@
 //! `MatMul` through cuBLAS: row-major `C = A·B` is column-major `Cᵀ = Bᵀ·Aᵀ`, so B and A are
 //! passed in that order with no transposes. Batches that repeat one operand or step through
 //! both evenly are one strided-batched call; any other broadcast is one call per batch item.
-//! f32 and f64 accumulate in their own precision (no TF32), f16 and bf16 in f32.
+//! f32 and f64 accumulate in their own precision (no TF32), f16 and bf16 in f32 — through
+//! cuBLASLt and its heuristic's algorithm ([`crate::lt`]) where the batch is one strided call.
 
 use crate::engine::numel;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, BLAS_WORKSPACE};
+use crate::lt::Problem;
 use crate::launch::broadcast;
 use crate::memory::DevMem;
 use cudarc::cublas::{result as blas, sys};
@@ -89,6 +91,10 @@ pub fn matmul(gpu: &Gpu, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, De
     };
     let (pa, pb, pc) = (a.buf.at(a.offset), b.buf.at(b.offset), out.buf.at(out.offset));
     if let (Some(stride_a), Some(stride_b)) = (even(&sa, m * k), even(&sb, k * n)) {
+        if matches!(out.dtype, DType::F16 | DType::BF16) {
+            let problem = Problem { half: out.dtype == DType::F16, m, n, k, batch: items.max(1), stride_a, stride_b };
+            return gpu.lt.matmul(gpu, problem, (pa, pb, pc), gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string());
+        }
         return gemm(pa, pb, pc, stride_a, stride_b, items.max(1));
     }
     let own = crate::launch::contiguous(batch);

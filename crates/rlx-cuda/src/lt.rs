@@ -1,0 +1,134 @@
+//! f16 / bf16 products through cuBLASLt: per distinct problem (dtype, sizes, batch, strides)
+//! a matmul descriptor, layouts and the algorithm its heuristic ranks first, made once and
+//! reused; f32 accumulation. Like [`crate::matmul`], row-major `C = A·B` is passed as
+//! column-major `Cᵀ = Bᵀ·Aᵀ`.
+
+use crate::gpu::{error, Gpu};
+use cudarc::cublaslt::{result as lt, sys};
+use rlx_runtime::Result;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// One problem: dtype, `(m, n, k)`, batch count and the batch strides of A and B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Problem {
+    pub half: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batch: usize,
+    pub stride_a: i64,
+    pub stride_b: i64,
+}
+
+/// A problem's descriptor, layouts (Bᵀ, Aᵀ, Cᵀ in cuBLASLt's order) and chosen algorithm.
+struct Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    layouts: [sys::cublasLtMatrixLayout_t; 3],
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+/// cuBLASLt's handle with the plans made so far.
+pub struct Lt {
+    handle: sys::cublasLtHandle_t,
+    plans: Mutex<HashMap<Problem, Plan>>,
+}
+
+// SAFETY: the handle and plans are used only under the plans' lock, on the device's stream.
+unsafe impl Send for Lt {}
+unsafe impl Sync for Lt {}
+
+fn failed(what: &str) -> impl FnOnce(cudarc::cublaslt::result::CublasError) -> rlx_runtime::RuntimeError + '_ {
+    move |e| error(format!("cuBLASLt {what}: {e:?}"))
+}
+
+impl Lt {
+    pub fn new() -> Result<Lt> {
+        Ok(Lt { handle: lt::create_handle().map_err(failed("handle"))?, plans: Mutex::default() })
+    }
+
+    /// Runs `p` on pointers `a`, `b`, `c` with `workspace` (`workspace_size` bytes), on
+    /// `gpu`'s stream.
+    pub fn matmul(&self, gpu: &Gpu, p: Problem, (a, b, c): (u64, u64, u64), workspace: u64, workspace_size: usize) -> Result<()> {
+        let mut plans = self.plans.lock().map_err(|_| error("the cuBLASLt plans were poisoned by a panic"))?;
+        if !plans.contains_key(&p) {
+            let plan = self.plan(p, workspace_size)?;
+            plans.insert(p, plan);
+        }
+        let plan = &plans[&p];
+        let (one, zero) = (1f32, 0f32);
+        // SAFETY: the plan describes matrices that lie inside the operands' ranges; the
+        // workspace holds `workspace_size` bytes and is used only on this stream.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                &one as *const f32 as *const c_void,
+                &zero as *const f32 as *const c_void,
+                b as *const c_void,
+                plan.layouts[0],
+                a as *const c_void,
+                plan.layouts[1],
+                c as *const c_void,
+                plan.layouts[2],
+                c as *mut c_void,
+                plan.layouts[2],
+                &plan.algo,
+                workspace as *mut c_void,
+                workspace_size,
+                gpu.stream as sys::cudaStream_t,
+            )
+        }
+        .map_err(failed("product"))
+    }
+
+    fn plan(&self, p: Problem, workspace_size: usize) -> Result<Plan> {
+        let dtype = if p.half { sys::cudaDataType_t::CUDA_R_16F } else { sys::cudaDataType_t::CUDA_R_16BF };
+        let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType_t::CUDA_R_32F).map_err(failed("descriptor"))?;
+        let layout = |rows: usize, cols: usize, stride: i64| -> Result<sys::cublasLtMatrixLayout_t> {
+            let l = lt::create_matrix_layout(dtype, rows as u64, cols as u64, rows as i64).map_err(failed("layout"))?;
+            if p.batch > 1 {
+                let count = p.batch as i32;
+                // SAFETY: `l` was just created; the attributes' sizes are their types'.
+                unsafe {
+                    lt::set_matrix_layout_attribute(l, sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count as *const i32 as *const c_void, 4)
+                        .map_err(failed("batch count"))?;
+                    lt::set_matrix_layout_attribute(l, sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride as *const i64 as *const c_void, 8)
+                        .map_err(failed("batch stride"))?;
+                }
+            }
+            Ok(l)
+        };
+        let layouts = [layout(p.n, p.k, p.stride_b)?, layout(p.k, p.m, p.stride_a)?, layout(p.n, p.m, (p.m * p.n) as i64)?];
+        let pref = lt::create_matmul_pref().map_err(failed("preference"))?;
+        // SAFETY: `pref` was just created; the workspace size is a u64 as the attribute wants.
+        let chosen = unsafe {
+            let size = workspace_size as u64;
+            lt::set_matmul_pref_attribute(pref, sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &size as *const u64 as *const c_void, 8)
+                .and_then(|_| lt::get_matmul_algo_heuristic(self.handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref))
+        };
+        // SAFETY: the preference is not used again.
+        unsafe {
+            let _ = lt::destroy_matmul_pref(pref);
+        }
+        let algo = chosen.map_err(failed("algorithm choice"))?.algo;
+        Ok(Plan { desc, layouts, algo })
+    }
+}
+
+impl Drop for Lt {
+    fn drop(&mut self) {
+        let plans = self.plans.get_mut().map(std::mem::take).unwrap_or_default();
+        // SAFETY: nothing uses the plans or the handle after this.
+        unsafe {
+            for plan in plans.into_values() {
+                for l in plan.layouts {
+                    let _ = lt::destroy_matrix_layout(l);
+                }
+                let _ = lt::destroy_matmul_desc(plan.desc);
+            }
+            let _ = lt::destroy_handle(self.handle);
+        }
+    }
+}
