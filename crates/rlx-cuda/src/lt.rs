@@ -6,6 +6,7 @@
 use crate::gpu::{error, Gpu};
 use cudarc::cublaslt::{result as lt, sys};
 use rlx_runtime::Result;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -52,11 +53,10 @@ impl Lt {
     /// `gpu`'s stream.
     pub fn matmul(&self, gpu: &Gpu, p: Problem, (a, b, c): (u64, u64, u64), workspace: u64, workspace_size: usize) -> Result<()> {
         let mut plans = self.plans.lock().map_err(|_| error("the cuBLASLt plans were poisoned by a panic"))?;
-        if !plans.contains_key(&p) {
-            let plan = self.plan(p, workspace_size)?;
-            plans.insert(p, plan);
-        }
-        let plan = &plans[&p];
+        let plan = match plans.entry(p) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(self.plan(p, workspace_size)?),
+        };
         let (one, zero) = (1f32, 0f32);
         // SAFETY: the plan describes matrices that lie inside the operands' ranges; the
         // workspace holds `workspace_size` bytes and is used only on this stream.
