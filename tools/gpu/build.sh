@@ -13,6 +13,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         shutil.copy(m["executable"], "target/device/bin/" + m["target"]["name"])
 '
+# The `rlx` command, for the user's paths with --device cuda.
+cargo build --profile gpu -p rlx-cli --bin rlx
+cp target/gpu/rlx target/device/bin/rlx
 ls -la target/device/bin
 # Compressed, as the binaries together pass the 64 MiB a device run may carry.
 tar cJf target/device/bins.tar.xz -C target/device bin && rm -rf target/device/bin

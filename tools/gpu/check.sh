@@ -7,8 +7,8 @@ cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 for bin in target/device/bin/*; do
-  # The bench runs from bench.sh; the NVRTC check needs no GPU (CI runs it).
-  case "$(basename "$bin")" in gemm | nvrtc) continue ;; esac
+  # The bench runs from bench.sh, the command below; the NVRTC check needs no GPU (CI runs it).
+  case "$(basename "$bin")" in gemm | nvrtc | rlx) continue ;; esac
   name=$(basename "$bin")
   start=$(date +%s%N)
   if "$bin" --test-threads=1 > "target/device/$name.log" 2>&1; then result=pass; else result=FAIL; status=1; fi
@@ -17,4 +17,9 @@ for bin in target/device/bin/*; do
   [ "$result" = FAIL ] && grep -A1 "panicked" "target/device/$name.log" | grep -v "^--" | head -30
   grep -E "^skipped" "target/device/$name.log" | sort | uniq -c
 done
+# The user's path: `rlx demo` trains the character GPT on the GPU (what CUDA does not run yet
+# goes to the CPU); its held-out loss should fall as on the CPU.
+start=$(date +%s%N)
+if target/device/bin/rlx demo --device cuda --steps 60 --out target/device/demo > target/device/demo.log 2>&1; then result=pass; else result=FAIL; status=1; fi
+printf '%-10s %-6s %7d ms  %s\n' "rlx demo" "$result" $(( ($(date +%s%N) - start) / 1000000 )) "$(grep -iE "loss" target/device/demo.log | tail -1)"
 exit $status

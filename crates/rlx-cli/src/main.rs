@@ -24,6 +24,9 @@ enum Command {
         /// Folder for the loss curve (loss.svg).
         #[arg(long, default_value = "rlx-demo")]
         out: std::path::PathBuf,
+        /// Where the character GPT trains: cpu, cuda[:N].
+        #[arg(long, default_value = "cpu")]
+        device: rlx::Device,
     },
     /// Sentence embeddings from a sentence-transformers BERT folder (e.g. all-MiniLM-L6-v2).
     Embed {
@@ -89,8 +92,8 @@ enum DemoJob {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { job, steps, out } => match job {
-            None => demo::charlm::run(steps, out),
+        Command::Demo { job, steps, out, device } => match job {
+            None => demo::charlm::run(steps, out, device),
             Some(DemoJob::Block) => demo::block::run(),
             Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },

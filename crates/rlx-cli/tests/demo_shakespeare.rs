@@ -15,6 +15,7 @@ fn a_small_character_model_learns_the_text() {
         seed: 7,
         out_dir: None,
         quiet: true,
+        device: rlx::Device::Cpu,
     };
     let r = train(&opts).unwrap();
     let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len() as f32;

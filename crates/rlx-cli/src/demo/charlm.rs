@@ -32,6 +32,8 @@ pub struct CharLmOptions {
     pub out_dir: Option<PathBuf>,
     /// No progress bar and no printing (for tests).
     pub quiet: bool,
+    /// Where to train (what the device does not run goes to the CPU).
+    pub device: Device,
 }
 
 impl Default for CharLmOptions {
@@ -46,6 +48,7 @@ impl Default for CharLmOptions {
             seed: 1,
             out_dir: Some(PathBuf::from("rlx-demo")),
             quiet: false,
+            device: Device::Cpu,
         }
     }
 }
@@ -110,7 +113,7 @@ pub fn train(opts: &CharLmOptions) -> Result<CharLmReport, Box<dyn Error>> {
     let corpus = Corpus::new(TEXT);
     let model_cfg = GptConfig { vocab: corpus.alphabet.len(), ..opts.model };
     let model = model_cfg.build()?;
-    let session = Session::new(Device::Cpu)?;
+    let session = Session::new(opts.device)?;
     let schedule = Schedule::WarmupCosine { peak: opts.peak_lr, min: opts.peak_lr / 10.0, warmup: (opts.steps as u64 / 10).max(1), total: opts.steps as u64 };
     let config = TrainConfig::new(Optimizer::adamw(0.01), schedule).with_clip_norm(1.0);
     let t = Instant::now();
@@ -251,8 +254,8 @@ pub fn loss_chart(r: &CharLmReport) -> String {
 }
 
 /// `rlx demo`: trains with the defaults, `steps` overriding the step count.
-pub fn run(steps: Option<usize>, out_dir: PathBuf) -> Result<(), Box<dyn Error>> {
+pub fn run(steps: Option<usize>, out_dir: PathBuf, device: Device) -> Result<(), Box<dyn Error>> {
     let defaults = CharLmOptions::default();
-    let opts = CharLmOptions { steps: steps.unwrap_or(defaults.steps), out_dir: Some(out_dir), ..defaults };
+    let opts = CharLmOptions { steps: steps.unwrap_or(defaults.steps), out_dir: Some(out_dir), device, ..defaults };
     train(&opts).map(|_| ())
 }
