@@ -132,9 +132,9 @@ pub fn train(opts: &CharLmOptions) -> Result<CharLmReport, Box<dyn Error>> {
     let say = |s: String| if !opts.quiet { println!("{s}") };
     say(format!(
         "rlx demo — a character-level GPT ({} layers, d_model {}, {} heads, context {}; {:.2} M parameters) learns\n\
-         Shakespeare on the CPU: {} characters, {} distinct; the last 5% are held out.\n\
+         Shakespeare on {}: {} characters, {} distinct; the last 5% are held out.\n\
          Compiled the training step (forward, backward, AdamW) in {compile_ms:.0} ms.\n",
-        model_cfg.layers, model_cfg.d_model, model_cfg.heads, ctx, model_cfg.parameter_count() as f64 / 1e6, corpus.ids.len(), corpus.alphabet.len()
+        model_cfg.layers, model_cfg.d_model, model_cfg.heads, ctx, model_cfg.parameter_count() as f64 / 1e6, opts.device, corpus.ids.len(), corpus.alphabet.len()
     ));
     let bar = if opts.quiet { ProgressBar::hidden() } else { ProgressBar::new(opts.steps as u64) };
     bar.set_style(ProgressStyle::with_template("{bar:32} step {pos}/{len} · {msg} · {elapsed_precise} (eta {eta})")?);
