@@ -187,15 +187,7 @@ pub fn binary(op: BinaryOp, d: DType) -> Option<Source> {
 
 /// `a op b` into Bool, IEEE (only `Ne` holds with a NaN).
 pub fn compare(op: CmpOp, d: DType) -> Option<Source> {
-    let sym = match op {
-        CmpOp::Eq => "==",
-        CmpOp::Ne => "!=",
-        CmpOp::Lt => "<",
-        CmpOp::Le => "<=",
-        CmpOp::Gt => ">",
-        CmpOp::Ge => ">=",
-    };
-    map("compare", DType::Bool, &[d, d], "", &format!("(a {sym} b) ? 1 : 0"))
+    map("compare", DType::Bool, &[d, d], "", &format!("(a {} b) ? 1 : 0", emit::cmp_symbol(op)))
 }
 
 /// `cond ≠ 0 ? t : f` (inputs `cond`, `t`, `f`).

@@ -79,7 +79,8 @@ impl Target {
     }
 }
 
-fn cmp_symbol(op: CmpOp) -> &'static str {
+/// The C-family operator of `op` (the same in CUDA C and WGSL).
+pub fn cmp_symbol(op: CmpOp) -> &'static str {
     match op {
         CmpOp::Eq => "==",
         CmpOp::Ne => "!=",
