@@ -142,13 +142,14 @@ pub fn session(kinds: &'static [OpKind]) -> (Session, Arc<Traffic>) {
     (Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new())), traffic)
 }
 
-/// What a transformer runs, leaving the host the rest (casts, cumulative sums, comparisons).
+/// What a transformer runs, leaving the host the rest (casts): with comparisons and running
+/// sums, a decoder computes its positions and masks on the device.
 pub const TRANSFORMER: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, MatMul, FusedMatMulBiasAct, DequantMatMul, Binary, Activation, ElementwiseRegion, Softmax, LayerNorm, RmsNorm,
         FusedResidualLN, FusedResidualRmsNorm, FusedSwiGLU, Attention, Rope, Reshape, Transpose, Narrow, Slice, Concat,
-        Expand, Gather, KvAppend, Reduce, Where,
+        Expand, Gather, KvAppend, Reduce, Where, Compare, Cumsum,
     ]
 };
 
