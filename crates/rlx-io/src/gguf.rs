@@ -133,6 +133,18 @@ impl GgufFile {
         Ok(GgufTensor { ty: t.ty, shape: &t.shape, bytes: &self.file.bytes()[start..start + t.size] })
     }
 
+    /// Drops the pages of `name`'s bytes from the process's resident memory once they have
+    /// been copied (into a backend's buffer): the file is read again if they are touched.
+    pub fn release(&self, name: &str) -> Result<()> {
+        let t = self.info(name)?;
+        let start = self.data_offset + t.offset;
+        self.file.release(start..start + t.size).map_err(|source| IoError::Release {
+            path: self.file.path.clone(),
+            tensor: name.to_string(),
+            source,
+        })
+    }
+
     /// `name` decoded to an F32 [`Tensor`]: F32/F16/BF16/F64 widened or rounded, block types
     /// through [`dequantize_row`] (bit-exact with ggml); integer tensors are refused.
     pub fn dequantize(&self, name: &str) -> Result<Tensor> {

@@ -24,12 +24,13 @@ pub use config::LlamaConfig;
 pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
 pub use hf::HfModel;
 pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
-pub use weights::{Stored, Weights};
+pub use weights::{MappedBlocks, Stored, Weights};
 
 use crate::bpe::BpeTokenizer;
 use crate::error::{ModelError, Result};
 use rlx_io::GgufFile;
 use std::path::Path;
+use std::sync::Arc;
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeStyle};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
@@ -59,7 +60,7 @@ pub struct Llama {
     /// `[R, vocab]` logits of the `out_rows`.
     pub logits: ValueId,
     /// Every graph parameter's value (weights, then zeroed caches).
-    pub params: Vec<(String, Tensor)>,
+    pub params: Vec<(String, ParamValue)>,
     /// Cache slots per layer.
     pub capacity: usize,
     /// Slots of the sliding layers' caches when those are rings smaller than `capacity`: slot
@@ -67,6 +68,46 @@ pub struct Llama {
     pub ring: Option<usize>,
     /// The most tokens a step takes when the sliding layers have rings.
     pub chunk: usize,
+}
+
+/// A graph parameter's value.
+#[derive(Clone)]
+pub enum ParamValue {
+    /// Held by the model: norm gains, biases, F32 weights, zeroed caches.
+    Held(Tensor),
+    /// Blocks left in the mapped GGUF file, copied into the backend's memory when the graph
+    /// is compiled (and then released from resident memory).
+    Mapped(MappedBlocks),
+}
+
+impl ParamValue {
+    pub fn dims(&self) -> &[usize] {
+        match self {
+            ParamValue::Held(t) => t.shape(),
+            ParamValue::Mapped(m) => &m.dims,
+        }
+    }
+
+    /// The bytes a backend holds for it.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            ParamValue::Held(t) => t.bytes().len(),
+            ParamValue::Mapped(m) => m.dims.iter().product(),
+        }
+    }
+
+    /// Makes this the value of parameter `name` of `compiled`: a held tensor moves in, mapped
+    /// blocks are copied from the file into the backend's memory and their pages released.
+    fn set(self, compiled: &mut CompiledGraph, name: &str) -> Result<()> {
+        match self {
+            ParamValue::Held(t) => compiled.set_param(name, t)?,
+            ParamValue::Mapped(m) => {
+                compiled.set_param_bytes(name, DType::U8, &m.dims, m.bytes()?)?;
+                m.release()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a GGUF file holds for generation: tokenizer, architecture and weights.
@@ -79,10 +120,10 @@ pub struct GgufModel {
 impl GgufModel {
     /// Opens `path`; `progress` is called with (tensors read, total) while weights load.
     pub fn open(path: &Path, progress: impl FnMut(usize, usize)) -> Result<GgufModel> {
-        let gguf = GgufFile::open(path)?;
+        let gguf = Arc::new(GgufFile::open(path)?);
         let tokenizer = BpeTokenizer::from_gguf(&gguf)?;
         let config = LlamaConfig::from_gguf(&gguf)?;
-        let weights = Weights::from_gguf(&gguf, progress)?;
+        let weights = Weights::from_gguf(gguf, progress)?;
         Ok(GgufModel { tokenizer, config, weights })
     }
 }
@@ -91,7 +132,7 @@ impl GgufModel {
 struct Builder<'w> {
     g: Graph,
     w: &'w Weights,
-    params: Vec<(String, Tensor)>,
+    params: Vec<(String, ParamValue)>,
     /// RMSNorm gains are stored as offsets from 1.
     norm_plus_one: bool,
 }
@@ -100,8 +141,20 @@ impl Builder<'_> {
     /// A parameter holding `value` under `name`.
     fn param(&mut self, name: &str, value: Tensor) -> ValueId {
         let v = self.g.param(name, value.ty());
-        self.params.push((name.to_string(), value));
+        self.params.push((name.to_string(), ParamValue::Held(value)));
         v
+    }
+
+    /// The `[rows, row_bytes]` U8 parameter of the blocks of weight `name`, declared once
+    /// however many nodes read it (a tied embedding is gathered from and multiplied by).
+    fn blocks(&mut self, name: &str, ty: GgufType, shape: &[usize]) -> Result<ValueId> {
+        if let Some((_, v)) = self.g.params().into_iter().find(|(n, _)| *n == name) {
+            return Ok(v);
+        }
+        let m = self.w.blocks(name, ty, shape)?;
+        let v = self.g.param(name, TensorType::of(DType::U8, &m.dims));
+        self.params.push((name.to_string(), ParamValue::Mapped(m)));
+        Ok(v)
     }
 
     /// An F32 vector weight (norm gains, biases).
@@ -114,11 +167,10 @@ impl Builder<'_> {
     /// `MatMul` with the F32 weight stored transposed.
     fn linear(&mut self, name: &str, x: ValueId) -> Result<ValueId> {
         match self.w.get(name)? {
-            Stored::Blocks { ty, shape, bytes } => {
-                let n = shape[0];
-                let (ty, bytes) = (*ty, bytes.clone());
-                let w = self.param(name, bytes);
-                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: Some(n), activations: llama_cpp_activations(ty) };
+            Stored::Blocks { ty, shape } => {
+                let (ty, shape) = (*ty, shape.clone());
+                let w = self.blocks(name, ty, &shape)?;
+                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: llama_cpp_activations(ty) };
                 Ok(self.g.dequant_matmul(attrs, x, &[w])?)
             }
             Stored::F32(t) => {
@@ -189,9 +241,7 @@ impl Llama {
             None => pos,
         };
 
-        let table = weights.embedding_table("token_embd.weight")?;
-        let table = b.param("token_embd.table", table);
-        let mut x = b.g.gather(table, tokens, 0)?;
+        let mut x = b.embedding("token_embd.weight", tokens)?;
         if let Some(scale) = var.embed_scale {
             x = b.scale(x, scale)?;
         }
@@ -256,7 +306,7 @@ impl Llama {
     pub fn compile(&self, session: &Session) -> Result<CompiledGraph> {
         let mut compiled = session.compile(&self.graph)?;
         for (name, value) in &self.params {
-            compiled.set_param(name, value.clone())?;
+            value.clone().set(&mut compiled, name)?;
         }
         Ok(compiled)
     }
@@ -397,6 +447,31 @@ impl Builder<'_> {
         let recent = self.g.compare(CmpOp::Lt, d, window)?;
         let visible = self.g.binary(BinaryOp::BitAnd, written, recent)?;
         self.additive(visible)
+    }
+
+    /// `[S, d]` F32 rows of the `[vocab, d]` embedding `name` for `tokens`: ggml blocks stay
+    /// quantized, the step's rows gathered as blocks and decoded by a product with the
+    /// `[d, d]` identity (exact: each output is one weight times 1), transposed.
+    fn embedding(&mut self, name: &str, tokens: ValueId) -> Result<ValueId> {
+        match self.w.get(name)? {
+            Stored::Blocks { ty, shape } => {
+                let (ty, shape) = (*ty, shape.clone());
+                let table = self.blocks(name, ty, &shape)?;
+                let rows = self.g.gather(table, tokens, 0)?;
+                let d = shape[1];
+                let mut identity = vec![0f32; d * d];
+                identity.iter_mut().step_by(d + 1).for_each(|v| *v = 1.0);
+                let identity = self.g.constant_f32(&[d, d], &identity)?;
+                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: Activations::Exact };
+                let columns = self.g.dequant_matmul(attrs, identity, &[rows])?;
+                Ok(self.g.transpose(columns, &[1, 0])?)
+            }
+            Stored::F32(t) => {
+                let table = t.clone();
+                let table = self.param("token_embd.table", table);
+                Ok(self.g.gather(table, tokens, 0)?)
+            }
+        }
     }
 
     /// Writes this step's keys or values `x [S, H_kv·D]` into the cache `name`

@@ -89,7 +89,7 @@ fn tiny_llama_qwen_and_gemma_decode_on_the_device_moving_only_token_position_and
         let vocab = hf.config.vocab;
         let (device, traffic) = subset::session(subset::TRANSFORMER);
         let mut want_gen = Generator::new(build(), &cpu()).unwrap();
-        let weights: usize = model.params.iter().map(|(_, t)| t.bytes().len()).sum();
+        let weights: usize = model.params.iter().map(|(_, t)| t.byte_len()).sum();
         let loaded = traffic.bytes();
         let mut gen = Generator::new(build(), &device).unwrap();
         assert_eq!(traffic.bytes().0 - loaded.0, weights, "{name}: the weights and caches go up once");

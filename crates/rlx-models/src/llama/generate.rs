@@ -45,11 +45,11 @@ pub struct Generator {
 
 impl Generator {
     /// Compiles `model` on `session` with empty caches, moving its parameter values into the
-    /// compiled graph.
+    /// compiled graph (blocks of a mapped model file copied, then released from memory).
     pub fn new(mut model: Llama, session: &Session) -> Result<Generator> {
         let mut compiled = session.compile(&model.graph)?;
         for (name, value) in std::mem::take(&mut model.params) {
-            compiled.set_param(&name, value)?;
+            value.set(&mut compiled, &name)?;
         }
         Ok(Generator { model, compiled, pos: 0 })
     }
