@@ -76,6 +76,10 @@ impl Engine for SubsetEngine {
         self.cpu.prepare(op, host(weight), out_dims)
     }
 
+    fn prepare_owned(&self, op: &Op, weight: DevBuf, dtype: DType, dims: &[usize], out_dims: &[usize]) -> Result<std::result::Result<Self::Prepared, DevBuf>> {
+        Ok(self.cpu.prepare_owned(op, weight.0, dtype, dims, out_dims)?.map_err(DevBuf))
+    }
+
     fn unprepare(&self, prepared: &Self::Prepared) -> Result<DevBuf> {
         Ok(DevBuf(self.cpu.unprepare(prepared)?))
     }
