@@ -67,10 +67,13 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
-    /// Maps and parses `path` (the file must stay unchanged while open).
+    /// Maps and parses `path` (the file must stay unchanged while open); the header's pages
+    /// are released once parsed.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let file = Mapped::open(path.as_ref())?;
         let p = Parsed::read(&file.path, file.bytes())?;
+        // The header is parsed into owned values; a vocabulary's pages need not stay resident.
+        file.release(0..p.data_offset.min(file.bytes().len())).map_err(|source| IoError::Open { path: file.path.clone(), source })?;
         Ok(GgufFile {
             version: p.version,
             alignment: p.alignment,

@@ -311,6 +311,20 @@ impl Llama {
         Ok(compiled)
     }
 
+    /// Bytes of the KV caches (graph state, held with the weights): per layer, keys and values
+    /// of the KV heads for `capacity` positions, or the ring's slots on sliding layers.
+    pub fn cache_bytes(&self) -> usize {
+        let c = &self.config;
+        let sliding = c.variant.sliding.as_ref();
+        (0..c.layers)
+            .map(|l| match sliding.is_some_and(|w| w.layers.get(l) == Some(&true)) {
+                true => self.ring.unwrap_or(self.capacity),
+                false => self.capacity,
+            })
+            .map(|slots| 2 * c.kv_heads * slots * c.head_dim * DType::F32.size())
+            .sum()
+    }
+
     /// The most tokens a step at `pos` may take: what is left of the cache, and with ring
     /// caches at most `chunk`, up to the ring's end.
     pub fn step_limit(&self, pos: usize) -> usize {

@@ -54,6 +54,14 @@ impl Generator {
         Ok(Generator { model, compiled, pos: 0 })
     }
 
+    /// The working memory the backend plans for a step of `tokens` tokens (at most
+    /// [`Llama::step_limit`] from position 0), besides the weights and caches.
+    pub fn arena_bytes(&mut self, tokens: usize) -> Result<usize> {
+        let inputs = self.model.step_inputs(&vec![0; tokens], 0, 1)?;
+        let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        Ok(self.compiled.arena_bytes(&named)?.unwrap_or(0))
+    }
+
     /// Forgets the cached sequence (the mask hides old slots, so nothing is cleared).
     pub fn reset(&mut self) {
         self.pos = 0;

@@ -59,7 +59,8 @@ impl Weights {
         self.tensors.insert(name.into(), t);
     }
 
-    /// Every tensor of `gguf`: block types left in the file, F16/BF16/F64 widened to F32.
+    /// Every tensor of `gguf`: block types left in the file, F16/BF16/F64 widened to F32
+    /// (their pages in the file released).
     /// `progress` is called with (tensors read, total).
     pub fn from_gguf(gguf: Arc<GgufFile>, mut progress: impl FnMut(usize, usize)) -> Result<Weights> {
         let mut w = Weights::new(&gguf.path().display().to_string());
@@ -67,7 +68,11 @@ impl Weights {
         for (i, info) in infos.iter().enumerate() {
             let stored = match info.ty {
                 GgmlType::Block(ty) => Stored::Blocks { ty, shape: info.shape.clone() },
-                GgmlType::Plain(_) => Stored::F32(gguf.dequantize(&info.name)?),
+                GgmlType::Plain(_) => {
+                    let t = gguf.dequantize(&info.name)?;
+                    gguf.release(&info.name)?;
+                    Stored::F32(t)
+                }
             };
             w.insert(&info.name, stored);
             progress(i + 1, infos.len());
