@@ -465,7 +465,8 @@ impl Builder<'_> {
 
     /// `[S, d]` F32 rows of the `[vocab, d]` embedding `name` for `tokens`: ggml blocks stay
     /// quantized, the step's rows gathered as blocks and decoded by a product with the
-    /// `[d, d]` identity (exact: each output is one weight times 1), transposed.
+    /// `[d, d]` identity (exact: each output is one weight times 1), transposed. The identity
+    /// is computed from `0..d` in the graph (once per plan), not held as a literal.
     fn embedding(&mut self, name: &str, tokens: ValueId) -> Result<ValueId> {
         match self.w.get(name)? {
             Stored::Blocks { ty, shape } => {
@@ -473,9 +474,12 @@ impl Builder<'_> {
                 let table = self.blocks(name, ty, &shape)?;
                 let rows = self.g.gather(table, tokens, 0)?;
                 let d = shape[1];
-                let mut identity = vec![0f32; d * d];
-                identity.iter_mut().step_by(d + 1).for_each(|v| *v = 1.0);
-                let identity = self.g.constant_f32(&[d, d], &identity)?;
+                let iota: Vec<i64> = (0..d as i64).collect();
+                let row = self.constant_i64(&[d, 1], &iota)?;
+                let column = self.g.reshape(row, &[1, -1])?;
+                let diagonal = self.g.compare(CmpOp::Eq, row, column)?;
+                let (one, zero) = (self.g.constant_f32(&[1], &[1.0])?, self.g.constant_f32(&[1], &[0.0])?);
+                let identity = self.g.select(diagonal, one, zero)?;
                 let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: Activations::Exact };
                 let columns = self.g.dequant_matmul(attrs, identity, &[rows])?;
                 Ok(self.g.transpose(columns, &[1, 0])?)
