@@ -68,5 +68,15 @@ pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
         times.decode.len() as f64 / decode.max(1e-9),
     );
     eprintln!("generated {} tokens", tokens.len());
+    let prefill_step = prompt.len().min(gen.model.step_limit(0));
+    let (prefill_arena, decode_arena) = (gen.arena_bytes(prefill_step)?, gen.arena_bytes(1)?);
+    let mb = |bytes: usize| bytes as f64 / 1e6;
+    eprintln!(
+        "memory: KV cache {:.1} MB ({} positions), arena {:.2} MB (prefill step of {prefill_step} tokens) / {:.2} MB (decode step)",
+        mb(gen.model.cache_bytes()),
+        gen.model.capacity,
+        mb(prefill_arena),
+        mb(decode_arena),
+    );
     Ok(())
 }

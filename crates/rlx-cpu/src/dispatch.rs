@@ -6,6 +6,7 @@ use rlx_ir::ops::conv::Conv;
 use rlx_ir::ops::fused::FusedConvBiasAct;
 use rlx_ir::ops::quant::Activations;
 use rlx_ir::{DType, Op};
+use rlx_runtime::Tensor;
 
 /// Whether `op` has a kernel that updates its first operand in place when that operand is
 /// graph state (a parameter): [`run_in_place`] runs it.
@@ -56,15 +57,21 @@ impl Packed {
 
 /// The operand of `op` that its kernel can also take pre-packed ([`Packed`]): `b` of
 /// `MatMul`, `FusedMatMulBiasAct` and `DequantMatMul`, `w` of `Conv` and `FusedConvBiasAct`,
-/// when [`packs`] says so.
+/// the table of `Gather`, when [`packs`] says so.
 pub fn packable_operand(op: &Op) -> Option<usize> {
-    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_) | Op::DequantMatMul(_) | Op::Conv(_) | Op::FusedConvBiasAct(_)).then_some(1)
+    match op {
+        Op::MatMul(_) | Op::FusedMatMulBiasAct(_) | Op::DequantMatMul(_) | Op::Conv(_) | Op::FusedConvBiasAct(_) => Some(1),
+        Op::Gather(_) => Some(0),
+        _ => None,
+    }
 }
 
 /// Whether `op`, with first operand `a` and weight `b` (dtype and dims of each), reads `b`
 /// laid out ([`prepack`]): a 2-D f32 `b` under more than [`matmul::FEW_ROWS`] rows of `a`
 /// (few-row products read `b` as it is), an ungrouped f32 conv's weight, or a `Q8Blocks`
-/// product's GGUF weight.
+/// product's GGUF weight. A `Gather` from a `[rows, row_bytes]` U8 table makes no layout of
+/// its own but reads the rows of one a product made of the same parameter (a tied embedding
+/// and output head keep one copy), and the table as given otherwise.
 pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
     let f32s = a.0 == DType::F32 && b.0 == DType::F32;
     match op {
@@ -74,7 +81,23 @@ pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
             f32s && b.1.len() == 2 && rows > matmul::FEW_ROWS
         }
         Op::DequantMatMul(d) => d.activations == Activations::Q8Blocks && d.scheme.gguf().is_some(),
+        Op::Gather(g) => g.axis == 0 && b.0 == DType::U8 && b.1.len() == 2,
         _ => false,
+    }
+}
+
+/// [`prepack`] taking the weight `b`, laid out in its own memory where the layout allows;
+/// `Err(b)` when there is none.
+pub fn prepack_owned(op: &Op, b: Tensor, out_dims: &[usize]) -> Result<Packed, Tensor> {
+    match op {
+        Op::DequantMatMul(d) => match out_dims.last() {
+            Some(&n) => quant::prepack_owned(d, b, n).map(Packed::Quant),
+            None => Err(b),
+        },
+        _ => {
+            let view = In { dtype: b.dtype(), dims: b.shape(), bytes: b.bytes() };
+            prepack(op, view, out_dims).ok_or(b)
+        }
     }
 }
 
@@ -83,6 +106,7 @@ pub fn packs(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
 pub fn prepack(op: &Op, b: In, out_dims: &[usize]) -> Option<Packed> {
     match op {
         Op::DequantMatMul(d) => quant::prepack(d, b, *out_dims.last()?)?.ok().map(Packed::Quant),
+        Op::Gather(_) => None,
         _ if b.dtype != DType::F32 || b.bytes.len() != b.dims.iter().product::<usize>() * 4 => None,
         Op::Conv(Conv { kernel_size, stride, padding, dilation, .. })
         | Op::FusedConvBiasAct(FusedConvBiasAct { kernel_size, stride, padding, dilation, .. }) => {
@@ -103,6 +127,7 @@ pub fn run_prepacked(op: &Op, ins: &[In], packed: &Packed, outs: &mut [Out]) -> 
         (Op::Conv(a), Packed::Conv(p)) => conv::conv_prepacked(a, ins[0], ins[1], p, &mut outs[0]),
         (Op::FusedConvBiasAct(a), Packed::Conv(p)) => conv::conv_bias_act(a, ins, Some(p), &mut outs[0]),
         (Op::DequantMatMul(_), Packed::Quant(p)) => quant::dequant_matmul_prepacked(p, ins, &mut outs[0]),
+        (Op::Gather(_), Packed::Quant(p)) => index::gather_panel_rows(p, ins[1], &mut outs[0]),
         _ => run(op, ins, outs),
     }
 }

@@ -78,6 +78,12 @@ impl Engine for CpuEngine {
         Ok(dispatch::prepack(op, unsafe { read(weight) }, out_dims))
     }
 
+    /// Q8 panels are laid out in the weight's own buffer when whole panels fill it.
+    fn prepare_owned(&self, op: &Op, weight: HostBuffer, dtype: DType, dims: &[usize], out_dims: &[usize]) -> Result<std::result::Result<Packed, HostBuffer>> {
+        let t = weight.into_tensor(dtype, dims)?;
+        Ok(dispatch::prepack_owned(op, t, out_dims).map_err(HostBuffer::from_tensor))
+    }
+
     fn unprepare(&self, prepared: &Packed) -> Result<HostBuffer> {
         let bytes = prepared.unpack();
         let buf = self.alloc(bytes.len())?;

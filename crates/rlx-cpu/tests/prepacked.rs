@@ -1,7 +1,8 @@
 //! Weights packed once per compiled graph: `MatMul` and the fused matmul + bias + activation
 //! against a float64 product written here, `Conv` and the fused conv + bias + activation
 //! against a float64 cross-correlation, with the weight a parameter (before and after
-//! `set_param` replaces it, and read back) and a constant.
+//! `set_param` replaces it, and read back) and a constant; a GGUF table both gathered from and
+//! multiplied by (a tied embedding), held once as Q8 panels.
 
 mod common;
 
@@ -153,5 +154,56 @@ fn conv_weights_pack_once_and_read_back() {
         assert_near(&out[1], &conv(&xs, [c_in, h, wd], &wc_values, [7, 1], 2), &format!("constant 1×1 weight, stride 2, round {round}"));
         let back = c.param("w").unwrap();
         assert_eq!((back.shape(), back.to_vec::<f32>().unwrap()), (&[c_out, c_in, k, k][..], ws), "the weight read back after round {round}");
+    }
+}
+
+/// `rows` GGUF `Q8_0` rows of `k` weights: f16 scales in ±1, codes from a fixed stream.
+fn q8_0_rows(rows: usize, k: usize, seed: u32) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let mut out = Vec::new();
+    for _ in 0..rows * k / 32 {
+        out.extend(half::f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0).to_le_bytes());
+        out.extend((0..32).map(|_| next() as u8));
+    }
+    out
+}
+
+#[test]
+fn a_table_gathered_and_multiplied_by_reads_its_rows_from_the_product_panels() {
+    use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
+    let k = 64;
+    let row = k / 32 * 34;
+    for n in [16, 12] {
+        let mut g = Graph::new();
+        let ids = g.input("ids", TensorType::new(DType::I64, Shape(vec![Dim::Sym("S".into())])));
+        let x = g.input("x", TensorType::of(DType::F32, &[5, k]));
+        let table = g.param("table", TensorType::of(DType::U8, &[n, row]));
+        let copy = g.param("copy", TensorType::of(DType::U8, &[n, row]));
+        let rows = g.gather(table, ids, 0).unwrap();
+        let attrs = DequantMatMul { scheme: QuantScheme::Gguf(GgufType::Q8_0), out_dim: None, activations: Activations::Q8Blocks };
+        let tied = g.dequant_matmul(attrs.clone(), x, &[table]).unwrap();
+        let apart = g.dequant_matmul(attrs, x, &[copy]).unwrap();
+        g.set_outputs(vec![rows, tied, apart]).unwrap();
+        let mut c = session().compile(&g).unwrap();
+        let bytes = q8_0_rows(n, k, n as u32);
+        c.set_param_bytes("table", DType::U8, &[n, row], &bytes).unwrap();
+        c.set_param_bytes("copy", DType::U8, &[n, row], &bytes).unwrap();
+        let xt = Tensor::from_vec(randn(5 * k, 8), &[5, k]).unwrap();
+        for picks in [vec![3i64, 0, 3, 11], vec![n as i64 - 1]] {
+            let it = Tensor::from_vec(picks.clone(), &[picks.len()]).unwrap();
+            let out = c.run(&[("ids", &it), ("x", &xt)]).unwrap();
+            let want: Vec<u8> = picks.iter().flat_map(|&i| bytes[i as usize * row..(i as usize + 1) * row].to_vec()).collect();
+            assert_eq!(out[0].bytes(), want.as_slice(), "{n} rows: gathered {picks:?}");
+            assert_eq!(out[1], out[2], "{n} rows: the product of the gathered table");
+        }
+        assert_eq!(c.param("table").unwrap().bytes(), bytes.as_slice(), "{n} rows: read back");
+        let bad = Tensor::from_vec(vec![n as i64], &[1]).unwrap();
+        assert!(c.run(&[("ids", &bad), ("x", &xt)]).unwrap_err().to_string().contains(&n.to_string()));
     }
 }

@@ -40,6 +40,8 @@ pub enum IoError {
     NoTensor { path: PathBuf, name: String },
     #[error("{}: tensor `{tensor}`: {reason}", path.display())]
     Unsupported { path: PathBuf, tensor: String, reason: String },
+    #[error("{}: tensor `{tensor}`: cannot release its pages: {source}", path.display())]
+    Release { path: PathBuf, tensor: String, source: std::io::Error },
     #[error("{}: tensor `{tensor}` is {stored}, read as {requested}", path.display())]
     DTypeMismatch { path: PathBuf, tensor: String, stored: String, requested: String },
     #[error("{}: {source}", path.display())]

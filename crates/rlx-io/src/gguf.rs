@@ -67,10 +67,13 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
-    /// Maps and parses `path` (the file must stay unchanged while open).
+    /// Maps and parses `path` (the file must stay unchanged while open); the header's pages
+    /// are released once parsed.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let file = Mapped::open(path.as_ref())?;
         let p = Parsed::read(&file.path, file.bytes())?;
+        // The header is parsed into owned values; a vocabulary's pages need not stay resident.
+        file.release(0..p.data_offset.min(file.bytes().len())).map_err(|source| IoError::Open { path: file.path.clone(), source })?;
         Ok(GgufFile {
             version: p.version,
             alignment: p.alignment,
@@ -131,6 +134,18 @@ impl GgufFile {
         let t = self.info(name)?;
         let start = self.data_offset + t.offset;
         Ok(GgufTensor { ty: t.ty, shape: &t.shape, bytes: &self.file.bytes()[start..start + t.size] })
+    }
+
+    /// Drops the pages of `name`'s bytes from the process's resident memory once they have
+    /// been copied (into a backend's buffer): the file is read again if they are touched.
+    pub fn release(&self, name: &str) -> Result<()> {
+        let t = self.info(name)?;
+        let start = self.data_offset + t.offset;
+        self.file.release(start..start + t.size).map_err(|source| IoError::Release {
+            path: self.file.path.clone(),
+            tensor: name.to_string(),
+            source,
+        })
     }
 
     /// `name` decoded to an F32 [`Tensor`]: F32/F16/BF16/F64 widened or rounded, block types

@@ -3,6 +3,7 @@
 use crate::error::{IoError, Result};
 use memmap2::Mmap;
 use std::fs::File;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// A file mapped read-only into memory, with its path for error messages.
@@ -31,5 +32,19 @@ impl Mapped {
     /// The whole file.
     pub(crate) fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// Drops the pages holding `range` (widened to whole pages) from the process's resident
+    /// memory, once their bytes have been copied elsewhere; touching them again reads the file.
+    pub(crate) fn release(&self, range: Range<usize>) -> std::io::Result<()> {
+        #[cfg(unix)]
+        if let Some(map) = &self.map {
+            // SAFETY: the map is read-only and shared with the file, so dropped pages read back
+            // the same bytes when touched: every borrow of the map stays valid.
+            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) }?;
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+        Ok(())
     }
 }

@@ -50,6 +50,17 @@ fn tensor_infos_and_raw_bytes() {
 }
 
 #[test]
+fn released_tensors_read_back_the_same_bytes() {
+    let f = GgufFile::open(fixture("gguf_io.gguf")).unwrap();
+    let before: Vec<Vec<u8>> = f.tensors().iter().map(|t| f.tensor(&t.name).unwrap().bytes.to_vec()).collect();
+    for (info, want) in f.tensors().iter().zip(&before) {
+        f.release(&info.name).unwrap();
+        assert_eq!(f.tensor(&info.name).unwrap().bytes, want.as_slice(), "{}", info.name);
+    }
+    assert!(matches!(f.release("nope"), Err(rlx_io::IoError::NoTensor { .. })));
+}
+
+#[test]
 fn metadata_of_every_value_type() {
     let f = GgufFile::open(fixture("gguf_io.gguf")).unwrap();
     let get = |k: &str| f.get(k).unwrap_or_else(|| panic!("no `{k}`")).clone();

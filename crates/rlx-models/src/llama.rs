@@ -9,9 +9,10 @@
 //! (`KvAppend` on a parameter, updated in place by the backend), and attends over the cache
 //! under an additive mask, each KV head read in place by its group of query heads. Sliding
 //! layers' caches are rings of `window + RING_CHUNK − 1` slots when that is less than the
-//! capacity (their own slot input and mask; prompts are fed in chunks). Products
-//! round as llama.cpp's CPU backend does (8-bit activation blocks against the 32-value weight
-//! types).
+//! capacity (prompts are fed in chunks). Rope rows are gathered from constant tables and the
+//! masks computed from the position in the graph, so a step's inputs are its token ids, its
+//! position and the rows whose logits it returns. Products round as llama.cpp's CPU backend
+//! does (8-bit activation blocks against the 32-value weight types).
 
 mod config;
 mod generate;
@@ -23,35 +24,25 @@ pub use config::LlamaConfig;
 pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
 pub use hf::HfModel;
 pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
-pub use weights::{Stored, Weights};
+pub use weights::{MappedBlocks, Stored, Weights};
 
 use crate::bpe::BpeTokenizer;
 use crate::error::{ModelError, Result};
 use rlx_io::GgufFile;
 use std::path::Path;
+use std::sync::Arc;
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeStyle};
-use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
+use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
 use rlx_ir::{DType, Dim, Graph, Shape, TensorType, ValueId};
 use rlx_runtime::{CompiledGraph, Session, Tensor};
 
-/// Names of the graph inputs.
+/// Names of the graph inputs: a step's token ids, the position of the first, and the rows
+/// whose logits are computed. Rope angles and attention masks follow from the position in the
+/// graph, so a decode step uploads three small integer vectors.
 pub const TOKENS: &str = "tokens";
-/// `[S, n_rot/2]` cos / sin of each token's position times each rotary frequency.
-pub const ROPE_COS: &str = "rope_cos";
-pub const ROPE_SIN: &str = "rope_sin";
-/// `[S, capacity]` additive attention mask: 0 where a token may see a cache slot, −1e9 elsewhere.
-pub const MASK: &str = "mask";
-/// The sliding-window layers' rope tables and mask, present when the config has such layers
-/// (the tables only when those layers have their own rope base).
-pub const ROPE_COS_LOCAL: &str = "rope_cos_local";
-pub const ROPE_SIN_LOCAL: &str = "rope_sin_local";
-pub const MASK_LOCAL: &str = "mask_local";
 /// `[1]` I64: the cache slot of the first token.
 pub const POS: &str = "pos";
-/// `[1]` I64: the slot of the first token in the sliding layers' ring caches, when they have
-/// them ([`Llama::ring`]).
-pub const POS_LOCAL: &str = "pos_local";
 /// `[R]` I64: the rows of the sequence whose logits are computed (the last one when decoding).
 pub const OUT_ROWS: &str = "out_rows";
 
@@ -69,7 +60,7 @@ pub struct Llama {
     /// `[R, vocab]` logits of the `out_rows`.
     pub logits: ValueId,
     /// Every graph parameter's value (weights, then zeroed caches).
-    pub params: Vec<(String, Tensor)>,
+    pub params: Vec<(String, ParamValue)>,
     /// Cache slots per layer.
     pub capacity: usize,
     /// Slots of the sliding layers' caches when those are rings smaller than `capacity`: slot
@@ -77,6 +68,46 @@ pub struct Llama {
     pub ring: Option<usize>,
     /// The most tokens a step takes when the sliding layers have rings.
     pub chunk: usize,
+}
+
+/// A graph parameter's value.
+#[derive(Clone)]
+pub enum ParamValue {
+    /// Held by the model: norm gains, biases, F32 weights, zeroed caches.
+    Held(Tensor),
+    /// Blocks left in the mapped GGUF file, copied into the backend's memory when the graph
+    /// is compiled (and then released from resident memory).
+    Mapped(MappedBlocks),
+}
+
+impl ParamValue {
+    pub fn dims(&self) -> &[usize] {
+        match self {
+            ParamValue::Held(t) => t.shape(),
+            ParamValue::Mapped(m) => &m.dims,
+        }
+    }
+
+    /// The bytes a backend holds for it.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            ParamValue::Held(t) => t.bytes().len(),
+            ParamValue::Mapped(m) => m.dims.iter().product(),
+        }
+    }
+
+    /// Makes this the value of parameter `name` of `compiled`: a held tensor moves in, mapped
+    /// blocks are copied from the file into the backend's memory and their pages released.
+    fn set(self, compiled: &mut CompiledGraph, name: &str) -> Result<()> {
+        match self {
+            ParamValue::Held(t) => compiled.set_param(name, t)?,
+            ParamValue::Mapped(m) => {
+                compiled.set_param_bytes(name, DType::U8, &m.dims, m.bytes()?)?;
+                m.release()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a GGUF file holds for generation: tokenizer, architecture and weights.
@@ -89,10 +120,10 @@ pub struct GgufModel {
 impl GgufModel {
     /// Opens `path`; `progress` is called with (tensors read, total) while weights load.
     pub fn open(path: &Path, progress: impl FnMut(usize, usize)) -> Result<GgufModel> {
-        let gguf = GgufFile::open(path)?;
+        let gguf = Arc::new(GgufFile::open(path)?);
         let tokenizer = BpeTokenizer::from_gguf(&gguf)?;
         let config = LlamaConfig::from_gguf(&gguf)?;
-        let weights = Weights::from_gguf(&gguf, progress)?;
+        let weights = Weights::from_gguf(gguf, progress)?;
         Ok(GgufModel { tokenizer, config, weights })
     }
 }
@@ -101,7 +132,7 @@ impl GgufModel {
 struct Builder<'w> {
     g: Graph,
     w: &'w Weights,
-    params: Vec<(String, Tensor)>,
+    params: Vec<(String, ParamValue)>,
     /// RMSNorm gains are stored as offsets from 1.
     norm_plus_one: bool,
 }
@@ -110,8 +141,20 @@ impl Builder<'_> {
     /// A parameter holding `value` under `name`.
     fn param(&mut self, name: &str, value: Tensor) -> ValueId {
         let v = self.g.param(name, value.ty());
-        self.params.push((name.to_string(), value));
+        self.params.push((name.to_string(), ParamValue::Held(value)));
         v
+    }
+
+    /// The `[rows, row_bytes]` U8 parameter of the blocks of weight `name`, declared once
+    /// however many nodes read it (a tied embedding is gathered from and multiplied by).
+    fn blocks(&mut self, name: &str, ty: GgufType, shape: &[usize]) -> Result<ValueId> {
+        if let Some((_, v)) = self.g.params().into_iter().find(|(n, _)| *n == name) {
+            return Ok(v);
+        }
+        let m = self.w.blocks(name, ty, shape)?;
+        let v = self.g.param(name, TensorType::of(DType::U8, &m.dims));
+        self.params.push((name.to_string(), ParamValue::Mapped(m)));
+        Ok(v)
     }
 
     /// An F32 vector weight (norm gains, biases).
@@ -124,11 +167,10 @@ impl Builder<'_> {
     /// `MatMul` with the F32 weight stored transposed.
     fn linear(&mut self, name: &str, x: ValueId) -> Result<ValueId> {
         match self.w.get(name)? {
-            Stored::Blocks { ty, shape, bytes } => {
-                let n = shape[0];
-                let (ty, bytes) = (*ty, bytes.clone());
-                let w = self.param(name, bytes);
-                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: Some(n), activations: llama_cpp_activations(ty) };
+            Stored::Blocks { ty, shape } => {
+                let (ty, shape) = (*ty, shape.clone());
+                let w = self.blocks(name, ty, &shape)?;
+                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: llama_cpp_activations(ty) };
                 Ok(self.g.dequant_matmul(attrs, x, &[w])?)
             }
             Stored::F32(t) => {
@@ -168,27 +210,38 @@ impl Llama {
         let var = &c.variant;
         let mut b = Builder { g: Graph::new(), w: weights, params: Vec::new(), norm_plus_one: var.norm_plus_one };
         let s = Dim::sym("S");
-        let f32_ty = |dims: Vec<Dim>| TensorType::new(DType::F32, Shape(dims));
         let tokens = b.g.input(TOKENS, TensorType::new(DType::I64, Shape(vec![s.clone()])));
-        let cos = b.g.input(ROPE_COS, f32_ty(vec![s.clone(), Dim::Static(c.rope_dim / 2)]));
-        let sin = b.g.input(ROPE_SIN, f32_ty(vec![s.clone(), Dim::Static(c.rope_dim / 2)]));
-        let mask = b.g.input(MASK, f32_ty(vec![s.clone(), Dim::Static(capacity)]));
         let pos = b.g.input(POS, TensorType::new(DType::I64, Shape(vec![Dim::Static(1)])));
         let out_rows = b.g.input(OUT_ROWS, TensorType::new(DType::I64, Shape(vec![Dim::sym("R")])));
+        let positions = b.positions(tokens, pos)?;
+        let (cos, sin) = if var.llama_cpp_numerics && var.rope_scaling == RopeScaling::None {
+            llama_cpp_rope_tables(c.rope_base, c.rope_dim, capacity)
+        } else {
+            rope_tables(c.rope_base, c.rope_dim, &var.rope_scaling, capacity)
+        };
+        let (cos, sin) = b.rope_rows(&cos, &sin, c.rope_dim / 2, positions)?;
+        let mask = b.causal_mask(positions, capacity)?;
         let local = var.sliding.as_ref();
         let (cos_local, sin_local) = match local.and_then(|w| w.rope_base) {
-            Some(_) => (
-                b.g.input(ROPE_COS_LOCAL, f32_ty(vec![s.clone(), Dim::Static(c.rope_dim / 2)])),
-                b.g.input(ROPE_SIN_LOCAL, f32_ty(vec![s.clone(), Dim::Static(c.rope_dim / 2)])),
-            ),
+            Some(base) => {
+                let (cos, sin) = rope_tables(base, c.rope_dim, &RopeScaling::None, capacity);
+                b.rope_rows(&cos, &sin, c.rope_dim / 2, positions)?
+            }
             None => (cos, sin),
         };
-        let mask_local = if local.is_some() { b.g.input(MASK_LOCAL, f32_ty(vec![s.clone(), Dim::Static(ring.unwrap_or(capacity))])) } else { mask };
-        let pos_local = if ring.is_some() { b.g.input(POS_LOCAL, TensorType::new(DType::I64, Shape(vec![Dim::Static(1)]))) } else { pos };
+        let mask_local = match local {
+            Some(w) => b.window_mask(positions, w.window, ring.unwrap_or(capacity))?,
+            None => mask,
+        };
+        let pos_local = match ring {
+            Some(r) => {
+                let r = b.constant_i64(&[1], &[r as i64])?;
+                b.g.binary(BinaryOp::Mod, pos, r)?
+            }
+            None => pos,
+        };
 
-        let table = weights.embedding_table("token_embd.weight")?;
-        let table = b.param("token_embd.table", table);
-        let mut x = b.g.gather(table, tokens, 0)?;
+        let mut x = b.embedding("token_embd.weight", tokens)?;
         if let Some(scale) = var.embed_scale {
             x = b.scale(x, scale)?;
         }
@@ -253,9 +306,23 @@ impl Llama {
     pub fn compile(&self, session: &Session) -> Result<CompiledGraph> {
         let mut compiled = session.compile(&self.graph)?;
         for (name, value) in &self.params {
-            compiled.set_param(name, value.clone())?;
+            value.clone().set(&mut compiled, name)?;
         }
         Ok(compiled)
+    }
+
+    /// Bytes of the KV caches (graph state, held with the weights): per layer, keys and values
+    /// of the KV heads for `capacity` positions, or the ring's slots on sliding layers.
+    pub fn cache_bytes(&self) -> usize {
+        let c = &self.config;
+        let sliding = c.variant.sliding.as_ref();
+        (0..c.layers)
+            .map(|l| match sliding.is_some_and(|w| w.layers.get(l) == Some(&true)) {
+                true => self.ring.unwrap_or(self.capacity),
+                false => self.capacity,
+            })
+            .map(|slots| 2 * c.kv_heads * slots * c.head_dim * DType::F32.size())
+            .sum()
     }
 
     /// The most tokens a step at `pos` may take: what is left of the cache, and with ring
@@ -284,65 +351,23 @@ impl Llama {
                 self.step_limit(pos)
             )));
         }
-        let c = &self.config;
-        let half = c.rope_dim / 2;
-        let (cos, sin) = if c.variant.llama_cpp_numerics && c.variant.rope_scaling == RopeScaling::None {
-            llama_cpp_rope_tables(c.rope_base, c.rope_dim, pos, s)
-        } else {
-            rope_tables(c.rope_base, c.rope_dim, &c.variant.rope_scaling, pos, s)
-        };
-        let mut mask = vec![HIDDEN; s * cap];
-        for (i, row) in mask.chunks_mut(cap).enumerate() {
-            row[..=pos + i].fill(0.0);
-        }
         let rows: Vec<i64> = (s - logit_rows.clamp(1, s)..s).map(|r| r as i64).collect();
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-        let mut local = Vec::new();
-        if let Some(w) = &c.variant.sliding {
-            if let Some(base) = w.rope_base {
-                let (cos, sin) = rope_tables(base, c.rope_dim, &RopeScaling::None, pos, s);
-                local.push((ROPE_COS_LOCAL, Tensor::from_vec(cos, &[s, half])?));
-                local.push((ROPE_SIN_LOCAL, Tensor::from_vec(sin, &[s, half])?));
-            }
-            let slots = self.ring.unwrap_or(cap);
-            // The position each slot holds after this step: the latest `p ≡ slot (mod slots)`.
-            let last = pos + s - 1;
-            let held: Vec<Option<usize>> = (0..slots).map(|j| (j <= last).then(|| last - (last - j) % slots)).collect();
-            let mut mask = vec![HIDDEN; s * slots];
-            for (i, row) in mask.chunks_mut(slots).enumerate() {
-                let q = pos + i;
-                for (m, p) in row.iter_mut().zip(&held) {
-                    if p.is_some_and(|p| p <= q && p + w.window > q) {
-                        *m = 0.0;
-                    }
-                }
-            }
-            local.push((MASK_LOCAL, Tensor::from_vec(mask, &[s, slots])?));
-            if let Some(r) = self.ring {
-                local.push((POS_LOCAL, Tensor::from_vec(vec![(pos % r) as i64], &[1])?));
-            }
-        }
-        Ok([
+        Ok(vec![
             (TOKENS, Tensor::from_vec(ids, &[s])?),
-            (ROPE_COS, Tensor::from_vec(cos, &[s, half])?),
-            (ROPE_SIN, Tensor::from_vec(sin, &[s, half])?),
-            (MASK, Tensor::from_vec(mask, &[s, cap])?),
             (POS, Tensor::from_vec(vec![pos as i64], &[1])?),
             (OUT_ROWS, Tensor::from_vec(rows.clone(), &[rows.len()])?),
-        ]
-        .into_iter()
-        .chain(local)
-        .collect())
+        ])
     }
 }
 
-/// llama.cpp's rope angles for positions `pos..pos + s`: the position times f32 powers of
+/// llama.cpp's rope angles for positions `0..n`: the position times f32 powers of
 /// `base^(−2/n_rot)`, built up by repeated f32 products (GGUF models follow llama.cpp).
-fn llama_cpp_rope_tables(base: f64, n_rot: usize, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
+fn llama_cpp_rope_tables(base: f64, n_rot: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
     let half = n_rot / 2;
-    let (mut cos, mut sin) = (Vec::with_capacity(s * half), Vec::with_capacity(s * half));
+    let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
     let step = (base as f32).powf(-2.0 / n_rot as f32);
-    for p in pos..pos + s {
+    for p in 0..n {
         let mut theta = p as f32;
         for _ in 0..half {
             cos.push(theta.cos());
@@ -362,11 +387,11 @@ fn llama_cpp_activations(t: GgufType) -> Activations {
     }
 }
 
-/// `[s, n_rot/2]` cos and sin tables of positions `pos..pos + s` (f64 angles, rounded once).
-fn rope_tables(base: f64, n_rot: usize, scaling: &RopeScaling, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
+/// `[n, n_rot/2]` cos and sin tables of positions `0..n` (f64 angles, rounded once).
+fn rope_tables(base: f64, n_rot: usize, scaling: &RopeScaling, n: usize) -> (Vec<f32>, Vec<f32>) {
     let (freqs, factor) = inverse_frequencies(base, n_rot, scaling);
-    let (mut cos, mut sin) = (Vec::with_capacity(s * freqs.len()), Vec::with_capacity(s * freqs.len()));
-    for p in pos..pos + s {
+    let (mut cos, mut sin) = (Vec::with_capacity(n * freqs.len()), Vec::with_capacity(n * freqs.len()));
+    for p in 0..n {
         for f in &freqs {
             let theta = p as f64 * f;
             cos.push((theta.cos() * factor) as f32);
@@ -377,6 +402,96 @@ fn rope_tables(base: f64, n_rot: usize, scaling: &RopeScaling, pos: usize, s: us
 }
 
 impl Builder<'_> {
+    /// An I64 constant of shape `dims`.
+    fn constant_i64(&mut self, dims: &[usize], values: &[i64]) -> Result<ValueId> {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(self.g.constant(TensorType::of(DType::I64, dims), data)?)
+    }
+
+    /// `[S]` I64: the positions `pos..pos + S` of the step's `tokens`, as `pos` plus the
+    /// exclusive running sum of ones (the IR has no iota of a symbolic length).
+    fn positions(&mut self, tokens: ValueId, pos: ValueId) -> Result<ValueId> {
+        let one = self.constant_i64(&[1], &[1])?;
+        let shape = self.g.ty(tokens).shape.clone();
+        let ones = self.g.expand_to(one, &shape)?;
+        let rows = self.g.cumsum(ones, 0, true)?;
+        Ok(self.g.binary(BinaryOp::Add, rows, pos)?)
+    }
+
+    /// The `[S, half]` rows of the `[capacity, half]` cos and sin tables at `positions`; the
+    /// tables are constants of the graph.
+    fn rope_rows(&mut self, cos: &[f32], sin: &[f32], half: usize, positions: ValueId) -> Result<(ValueId, ValueId)> {
+        let rows = cos.len() / half.max(1);
+        let cos = self.g.constant_f32(&[rows, half], cos)?;
+        let sin = self.g.constant_f32(&[rows, half], sin)?;
+        Ok((self.g.gather(cos, positions, 0)?, self.g.gather(sin, positions, 0)?))
+    }
+
+    /// `[S, slots]` additive mask: 0 where `visible [S, slots]` holds, [`HIDDEN`] elsewhere.
+    fn additive(&mut self, visible: ValueId) -> Result<ValueId> {
+        let shown = self.g.constant_f32(&[1], &[0.0])?;
+        let hidden = self.g.constant_f32(&[1], &[HIDDEN])?;
+        Ok(self.g.select(visible, shown, hidden)?)
+    }
+
+    /// `[S, capacity]` mask of a full-attention layer: the query at position `q` sees the
+    /// cache slots `j ≤ q`.
+    fn causal_mask(&mut self, positions: ValueId, capacity: usize) -> Result<ValueId> {
+        let slots: Vec<i64> = (0..capacity as i64).collect();
+        let j = self.constant_i64(&[capacity], &slots)?;
+        let q = self.g.reshape(positions, &[-1, 1])?;
+        let visible = self.g.compare(CmpOp::Le, j, q)?;
+        self.additive(visible)
+    }
+
+    /// `[S, slots]` mask of a sliding layer whose cache slot `j` holds the latest position
+    /// `≡ j (mod slots)` written. The query at `q` sees slot `j` when its position is one of
+    /// `q − window < p ≤ q`: with `d = (q − j) mod slots`, `p = q − d` exists (`d ≤ q`) and is
+    /// in the window (`d < window`). Steps within [`Llama::step_limit`] overwrite no such slot
+    /// with a later position of their own (a ring holds `window + chunk − 1` slots).
+    fn window_mask(&mut self, positions: ValueId, window: usize, slots: usize) -> Result<ValueId> {
+        let columns: Vec<i64> = (0..slots as i64).map(|j| slots as i64 - j).collect();
+        let shifted = self.constant_i64(&[slots], &columns)?;
+        let modulus = self.constant_i64(&[1], &[slots as i64])?;
+        let window = self.constant_i64(&[1], &[window as i64])?;
+        let q = self.g.reshape(positions, &[-1, 1])?;
+        let d = self.g.binary(BinaryOp::Add, q, shifted)?;
+        let d = self.g.binary(BinaryOp::Mod, d, modulus)?;
+        let written = self.g.compare(CmpOp::Le, d, q)?;
+        let recent = self.g.compare(CmpOp::Lt, d, window)?;
+        let visible = self.g.binary(BinaryOp::BitAnd, written, recent)?;
+        self.additive(visible)
+    }
+
+    /// `[S, d]` F32 rows of the `[vocab, d]` embedding `name` for `tokens`: ggml blocks stay
+    /// quantized, the step's rows gathered as blocks and decoded by a product with the
+    /// `[d, d]` identity (exact: each output is one weight times 1), transposed. The identity
+    /// is computed from `0..d` in the graph (once per plan), not held as a literal.
+    fn embedding(&mut self, name: &str, tokens: ValueId) -> Result<ValueId> {
+        match self.w.get(name)? {
+            Stored::Blocks { ty, shape } => {
+                let (ty, shape) = (*ty, shape.clone());
+                let table = self.blocks(name, ty, &shape)?;
+                let rows = self.g.gather(table, tokens, 0)?;
+                let d = shape[1];
+                let iota: Vec<i64> = (0..d as i64).collect();
+                let row = self.constant_i64(&[d, 1], &iota)?;
+                let column = self.g.reshape(row, &[1, -1])?;
+                let diagonal = self.g.compare(CmpOp::Eq, row, column)?;
+                let (one, zero) = (self.g.constant_f32(&[1], &[1.0])?, self.g.constant_f32(&[1], &[0.0])?);
+                let identity = self.g.select(diagonal, one, zero)?;
+                let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: Activations::Exact };
+                let columns = self.g.dequant_matmul(attrs, identity, &[rows])?;
+                Ok(self.g.transpose(columns, &[1, 0])?)
+            }
+            Stored::F32(t) => {
+                let table = t.clone();
+                let table = self.param("token_embd.table", table);
+                Ok(self.g.gather(table, tokens, 0)?)
+            }
+        }
+    }
+
     /// Writes this step's keys or values `x [S, H_kv·D]` into the cache `name`
     /// (`[1, H_kv, capacity, D]`) at `pos`, and returns the whole cache for attention, which
     /// reads each KV head for its group of query heads.

@@ -43,10 +43,10 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 fn load(path: &PathBuf, capacity: usize) -> (BpeTokenizer, Generator) {
-    let gguf = GgufFile::open(path).unwrap();
+    let gguf = Arc::new(GgufFile::open(path).unwrap());
     let tok = BpeTokenizer::from_gguf(&gguf).unwrap();
     let config = LlamaConfig::from_gguf(&gguf).unwrap();
-    let weights = Weights::from_gguf(&gguf, |_, _| {}).unwrap();
+    let weights = Weights::from_gguf(gguf, |_, _| {}).unwrap();
     let model = Llama::build(&config, &weights, capacity).unwrap();
     let session = Session::new(Arc::new(CpuBackend::new()));
     (tok, Generator::new(model, &session).unwrap())

@@ -96,6 +96,23 @@ pub trait Engine: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// [`Engine::prepare`] for a parameter whose buffer as given is dropped once it is
+    /// prepared: the engine may lay the weight out in that buffer's own memory, so that
+    /// preparing takes no second copy of it. `Err` gives the buffer back when there is no
+    /// prepared form. By default the form is made by `prepare` and the buffer dropped.
+    fn prepare_owned(
+        &self,
+        op: &Op,
+        weight: Self::Buffer,
+        dtype: DType,
+        dims: &[usize],
+        out_dims: &[usize],
+    ) -> Result<std::result::Result<Self::Prepared, Self::Buffer>> {
+        let len = dims.iter().product::<usize>() * dtype.size();
+        let form = self.prepare(op, Arg { dtype, dims, buf: &weight, offset: 0, len }, out_dims)?;
+        Ok(form.ok_or(weight))
+    }
+
     /// The weight a prepared form was made from, as it was given (bytes, in a new buffer).
     fn unprepare(&self, prepared: &Self::Prepared) -> Result<Self::Buffer>;
 

@@ -10,8 +10,9 @@
 //! Weights: a parameter or constant operand that the engine takes prepared
 //! ([`Engine::prepared_operand`]) is laid out once, on first use — per parameter across plans,
 //! again only after it is set anew; per constant in its plan. A parameter that the running
-//! plan reads only prepared gives up its buffer as given (weights take their memory once);
-//! `param` and plans that read it as given get it back from the prepared form.
+//! plan reads only prepared gives up its buffer as given, laid out in it where the engine can
+//! ([`Engine::prepare_owned`]: weights take their memory once); `param` and plans that read it
+//! as given get it back from the prepared form.
 //!
 //! Hoisted steps (nodes of parameters and constants alone) run before a plan's first run and
 //! again after a parameter changes. Graph state ([`Step::state`], [`Step::write_back`]) is
@@ -344,16 +345,25 @@ impl<E: Engine> Plan<E> {
             let value = self.schedule.value(v);
             let out_dims = &self.schedule.values[step.node.index()][0].dims;
             match slot {
-                Slot::Param(p) => {
-                    if let (None, Some(h)) = (&prepared[p], &params[p]) {
-                        let form = engine.prepare(&self.graph.node(step.node).op, h.arg(), out_dims)?;
-                        prepared[p] = form.map(|form| Prepared { form, dtype: h.dtype, dims: h.dims.clone() });
-                        *layout += 1;
-                    }
-                    if prepared[p].is_some() && !self.schedule.unprepared_params.contains(&p) && params[p].take().is_some() {
-                        *layout += 1;
+                Slot::Param(p) if prepared[p].is_none() => {
+                    let op = &self.graph.node(step.node).op;
+                    if self.schedule.unprepared_params.contains(&p) {
+                        if let Some(h) = &params[p] {
+                            let form = engine.prepare(op, h.arg(), out_dims)?;
+                            prepared[p] = form.map(|form| Prepared { form, dtype: h.dtype, dims: h.dims.clone() });
+                            *layout += 1;
+                        }
+                    } else if let Some(Held { buf, dtype, dims }) = params[p].take() {
+                        match engine.prepare_owned(op, buf, dtype, &dims, out_dims)? {
+                            Ok(form) => {
+                                prepared[p] = Some(Prepared { form, dtype, dims });
+                                *layout += 1;
+                            }
+                            Err(buf) => params[p] = Some(Held { buf, dtype, dims }),
+                        }
                     }
                 }
+                Slot::Param(p) if !self.schedule.unprepared_params.contains(&p) && params[p].take().is_some() => *layout += 1,
                 Slot::Const(c) if self.prepared_consts[c].is_none() => {
                     let arg = Arg { dtype: value.dtype, dims: &value.dims, buf: &self.consts[c], offset: 0, len: value.bytes() };
                     self.prepared_consts[c] = engine.prepare(&self.graph.node(step.node).op, arg, out_dims)?;

@@ -8,6 +8,7 @@
 //! Either way an index outside the extent is an error naming its value and position.
 
 use super::by_size;
+use super::quant::Panels;
 use super::PAR_MIN;
 use crate::view::{strides, In, Out};
 use bytemuck::Pod;
@@ -120,6 +121,16 @@ pub fn gather(axis: usize, table: In, indices: In, out: &mut Out) -> Result<(), 
     let n = idx.len();
     // Output row r = (p, i) over [pre, n] reads table row p·extent + idx[i].
     by_size!(table.dtype.size(), T => copy_rows(table.get::<T>(), out.get::<T>(), post, |r| (r / n) * extent + idx[r % n]));
+    Ok(())
+}
+
+/// [`gather`] along axis 0 of a table of GGUF rows held laid out for the `Q8Blocks` product:
+/// each row's bytes restored from the panels.
+pub fn gather_panel_rows(table: &Panels, indices: In, out: &mut Out) -> Result<(), String> {
+    let idx = resolve_all(&indices, table.n(), Negatives::Reject, &format!("axis 0 of the table [{}, {}]", table.n(), table.row_bytes()))?;
+    for (dst, &j) in out.bytes.chunks_exact_mut(table.row_bytes().max(1)).zip(&idx) {
+        table.copy_row(j, dst);
+    }
     Ok(())
 }
 

@@ -45,13 +45,21 @@ pub struct Generator {
 
 impl Generator {
     /// Compiles `model` on `session` with empty caches, moving its parameter values into the
-    /// compiled graph.
+    /// compiled graph (blocks of a mapped model file copied, then released from memory).
     pub fn new(mut model: Llama, session: &Session) -> Result<Generator> {
         let mut compiled = session.compile(&model.graph)?;
         for (name, value) in std::mem::take(&mut model.params) {
-            compiled.set_param(&name, value)?;
+            value.set(&mut compiled, &name)?;
         }
         Ok(Generator { model, compiled, pos: 0 })
+    }
+
+    /// The working memory the backend plans for a step of `tokens` tokens (at most
+    /// [`Llama::step_limit`] from position 0), besides the weights and caches.
+    pub fn arena_bytes(&mut self, tokens: usize) -> Result<usize> {
+        let inputs = self.model.step_inputs(&vec![0; tokens], 0, 1)?;
+        let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        Ok(self.compiled.arena_bytes(&named)?.unwrap_or(0))
     }
 
     /// Forgets the cached sequence (the mask hides old slots, so nothing is cleared).

@@ -1,55 +1,83 @@
-//! A decoder's tensors by GGUF name: F32 vectors and matrices, or raw ggml blocks that the
-//! graph multiplies without dequantizing them whole.
+//! A decoder's tensors by GGUF name: F32 vectors and matrices, or ggml blocks left in the
+//! memory-mapped model file, which the graph multiplies (and gathers embedding rows from)
+//! without dequantizing them whole.
 
 use crate::error::{ModelError, Result};
 use rlx_io::{GgmlType, GgufFile};
-use rlx_ir::ops::quant::{gguf, GgufType};
-use rlx_ir::DType;
+use rlx_ir::ops::quant::GgufType;
 use rlx_runtime::Tensor;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// One stored tensor. Shapes are row-major, outermost first: a weight is `[n, k]`.
 #[derive(Clone, Debug)]
 pub enum Stored {
     F32(Tensor),
-    /// Whole ggml blocks along each row of `shape`, as a rank-1 U8 tensor.
-    Blocks { ty: GgufType, shape: Vec<usize>, bytes: Tensor },
+    /// Whole ggml blocks along each row of `shape`, in the weights' GGUF file.
+    Blocks { ty: GgufType, shape: Vec<usize> },
 }
 
 /// Tensors by name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Weights {
     tensors: HashMap<String, Stored>,
     /// Where they came from, for error messages.
     origin: String,
+    /// The mapped file the blocks lie in.
+    file: Option<Arc<GgufFile>>,
+}
+
+/// A tensor's ggml blocks in a mapped GGUF file, as the `[rows, row_bytes]` U8 matrix a graph
+/// parameter holds.
+#[derive(Clone)]
+pub struct MappedBlocks {
+    pub file: Arc<GgufFile>,
+    pub tensor: String,
+    pub ty: GgufType,
+    pub dims: [usize; 2],
+}
+
+impl MappedBlocks {
+    /// The blocks, borrowed from the map.
+    pub fn bytes(&self) -> Result<&[u8]> {
+        Ok(self.file.tensor(&self.tensor)?.bytes)
+    }
+
+    /// Drops the blocks' pages from resident memory once a backend holds a copy.
+    pub fn release(&self) -> Result<()> {
+        Ok(self.file.release(&self.tensor)?)
+    }
 }
 
 impl Weights {
     /// An empty set; `insert` fills it (random test models).
     pub fn new(origin: &str) -> Weights {
-        Weights { tensors: HashMap::new(), origin: origin.into() }
+        Weights { tensors: HashMap::new(), origin: origin.into(), file: None }
     }
 
     pub fn insert(&mut self, name: &str, t: Stored) {
         self.tensors.insert(name.into(), t);
     }
 
-    /// Every tensor of `gguf`: block types kept as bytes, F16/BF16/F64 widened to F32.
+    /// Every tensor of `gguf`: block types left in the file, F16/BF16/F64 widened to F32
+    /// (their pages in the file released).
     /// `progress` is called with (tensors read, total).
-    pub fn from_gguf(gguf: &GgufFile, mut progress: impl FnMut(usize, usize)) -> Result<Weights> {
+    pub fn from_gguf(gguf: Arc<GgufFile>, mut progress: impl FnMut(usize, usize)) -> Result<Weights> {
         let mut w = Weights::new(&gguf.path().display().to_string());
         let infos = gguf.tensors();
         for (i, info) in infos.iter().enumerate() {
             let stored = match info.ty {
-                GgmlType::Block(ty) => {
-                    let t = gguf.tensor(&info.name)?;
-                    Stored::Blocks { ty, shape: info.shape.clone(), bytes: Tensor::from_bytes(DType::U8, &[t.bytes.len()], t.bytes)? }
+                GgmlType::Block(ty) => Stored::Blocks { ty, shape: info.shape.clone() },
+                GgmlType::Plain(_) => {
+                    let t = gguf.dequantize(&info.name)?;
+                    gguf.release(&info.name)?;
+                    Stored::F32(t)
                 }
-                GgmlType::Plain(_) => Stored::F32(gguf.dequantize(&info.name)?),
             };
             w.insert(&info.name, stored);
             progress(i + 1, infos.len());
         }
+        w.file = Some(gguf);
         Ok(w)
     }
 
@@ -69,17 +97,12 @@ impl Weights {
         }
     }
 
-    /// A `[rows, width]` table as F32 for `Gather` (the token embedding), decoded block by block.
-    pub fn embedding_table(&self, name: &str) -> Result<Tensor> {
-        match self.get(name)? {
-            Stored::F32(t) => Ok(t.clone()),
-            Stored::Blocks { ty, shape, bytes } => {
-                let mut out = Tensor::zeros(DType::F32, shape);
-                let y = out.as_mut_slice::<f32>()?;
-                gguf::dequantize_row(*ty, bytes.bytes(), y).map_err(|e| self.error(name, &e))?;
-                Ok(out)
-            }
-        }
+    /// The blocks of the `[n, k]` weight `name` (of type `ty`), where they lie in the file.
+    pub(super) fn blocks(&self, name: &str, ty: GgufType, shape: &[usize]) -> Result<MappedBlocks> {
+        let file = self.file.clone().ok_or_else(|| self.error(name, "is ggml blocks outside a GGUF file"))?;
+        let &[n, k] = shape else { return Err(self.error(name, &format!("is {ty:?} blocks of shape {shape:?}, expected a matrix"))) };
+        let row = ty.row_bytes(k).map_err(|e| self.error(name, &e))?;
+        Ok(MappedBlocks { file, tensor: name.to_string(), ty, dims: [n, row] })
     }
 
     fn error(&self, name: &str, what: &str) -> ModelError {

@@ -83,6 +83,10 @@ impl Engine for SubsetEngine {
         self.cpu.prepare(op, host(weight), out_dims)
     }
 
+    fn prepare_owned(&self, op: &Op, weight: DevBuf, dtype: DType, dims: &[usize], out_dims: &[usize]) -> Result<std::result::Result<Self::Prepared, DevBuf>> {
+        Ok(self.cpu.prepare_owned(op, weight.0, dtype, dims, out_dims)?.map_err(DevBuf))
+    }
+
     fn unprepare(&self, prepared: &Self::Prepared) -> Result<DevBuf> {
         Ok(DevBuf(self.cpu.unprepare(prepared)?))
     }
@@ -151,13 +155,14 @@ pub fn session(kinds: &'static [OpKind]) -> (Session, Arc<Traffic>) {
     (Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new())), traffic)
 }
 
-/// What a transformer runs, leaving the host the rest (casts, cumulative sums, comparisons).
+/// What a transformer runs, leaving the host the rest (casts): with comparisons and running
+/// sums, a decoder computes its positions and masks on the device.
 pub const TRANSFORMER: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, MatMul, FusedMatMulBiasAct, DequantMatMul, Binary, Activation, ElementwiseRegion, Softmax, LayerNorm, RmsNorm,
         FusedResidualLN, FusedResidualRmsNorm, FusedSwiGLU, Attention, Rope, Reshape, Transpose, Narrow, Slice, Concat,
-        Expand, Gather, KvAppend, Reduce, Where,
+        Expand, Gather, KvAppend, Reduce, Where, Compare, Cumsum,
     ]
 };
 

@@ -31,6 +31,7 @@ use crate::kernels::matmul::widen;
 use crate::view::{In, Out};
 use rlx_ir::ops::quant::{Activations, DequantMatMul, QuantScheme};
 use rlx_ir::DType;
+use rlx_runtime::Tensor;
 use rows::Rows;
 
 /// `x [.., m, k] · dequant(W) → [.., m, n]` F32 for every scheme whose weight decodes
@@ -72,6 +73,14 @@ pub fn prepack(a: &DequantMatMul, w: In, n: usize) -> Option<Result<Panels, Stri
     let t = a.scheme.gguf().filter(|t| q8::supports(*t))?;
     let row = w.bytes.len() / n.max(1);
     Some(Panels::new(t, w.bytes, n, row / q8::block_bytes(t) * q8::QK))
+}
+
+/// [`prepack`] in the memory of the weight `w` where whole panels fill it, else laid out
+/// anew; `Err(w)` when `a` takes no panels or its kernel would reject `w`.
+pub fn prepack_owned(a: &DequantMatMul, w: Tensor, n: usize) -> Result<Panels, Tensor> {
+    let Some(t) = a.scheme.gguf().filter(|t| a.activations == Activations::Q8Blocks && q8::supports(*t)) else { return Err(w) };
+    let k = w.bytes().len() / n.max(1) / q8::block_bytes(t) * q8::QK;
+    Panels::in_place(t, w, n, k).or_else(|w| Panels::new(t, w.bytes(), n, k).map_err(|_| w))
 }
 
 /// The GGUF type of a `Q8Blocks` product's weight.

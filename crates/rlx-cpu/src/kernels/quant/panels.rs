@@ -5,14 +5,18 @@
 //! broadcast to all lanes sums each row in its own lane, and the scales multiply 8 rows at
 //! once — no horizontal sums (llama.cpp's single-row dot products need one per block).
 //!
-//! The layout is a permutation of the GGUF bytes ([`Panels::unpack`] restores them); a last
-//! panel short of rows is padded with zero blocks. The executor lays a weight out once
-//! (`dispatch::prepack`); a product given the GGUF bytes lays them out per call.
+//! The layout is a permutation of the GGUF bytes within each panel's rows ([`Panels::unpack`]
+//! restores them), so a weight of whole panels is laid out in its own memory
+//! ([`Panels::in_place`]); a last panel short of rows is padded with zero blocks. The
+//! executor lays a weight out once (`dispatch::prepack`); a product given the GGUF bytes lays
+//! them out per call.
 
 use super::q8::{block_bytes, quantize, supports, Q8Rows, QK, ROW_TILE};
 use crate::kernels::matmul::OutPtr;
 use rayon::prelude::*;
 use rlx_ir::ops::quant::GgufType;
+use rlx_ir::DType;
+use rlx_runtime::Tensor;
 
 /// Weight rows per panel: the i32 lanes of one 256-bit register.
 pub(super) const PANEL: usize = 8;
@@ -35,7 +39,24 @@ pub struct Panels {
     /// Bytes per panel block: `16` per f16 header row (scales, `Q4_1` minimums) and
     /// `8 × codes` of the rows' code bytes.
     pub(super) block_len: usize,
-    pub(super) data: Vec<u8>,
+    /// The panels, as U8 bytes.
+    data: Tensor,
+}
+
+/// The blocks per row of `n` rows of `k` weights of type `t` held in `len` bytes, or why the
+/// product cannot take them.
+fn check(t: GgufType, len: usize, n: usize, k: usize) -> Result<usize, String> {
+    if !supports(t) {
+        return Err(format!("the Q8Blocks product needs Q4_0, Q4_1 or Q8_0 weights, got {t:?}"));
+    }
+    if !k.is_multiple_of(QK) {
+        return Err(format!("k = {k} is not a whole number of {QK}-blocks"));
+    }
+    let (blocks, bb) = (k / QK, block_bytes(t));
+    if len != n * blocks * bb {
+        return Err(format!("the {t:?} weight holds {len} bytes, but {n} rows of k = {k} need {}", n * blocks * bb));
+    }
+    Ok(blocks)
 }
 
 /// `(f16 values before the codes, code bytes)` of one GGUF block of `t`.
@@ -50,22 +71,53 @@ fn parts(t: GgufType) -> (usize, usize) {
 impl Panels {
     /// Lays out `w`, `n` rows of `k` weights of type `t` (GGUF `Q4_0`, `Q4_1` or `Q8_0`).
     pub fn new(t: GgufType, w: &[u8], n: usize, k: usize) -> Result<Panels, String> {
-        if !supports(t) {
-            return Err(format!("the Q8Blocks product needs Q4_0, Q4_1 or Q8_0 weights, got {t:?}"));
+        let blocks = check(t, w.len(), n, k)?;
+        let mut p = Panels::empty(t, n, blocks);
+        let rows = PANEL * blocks * block_bytes(t);
+        for (i, src) in w.chunks(rows.max(1)).enumerate() {
+            p.lay_out(i, src);
         }
-        if !k.is_multiple_of(QK) {
-            return Err(format!("k = {k} is not a whole number of {QK}-blocks"));
-        }
-        let (blocks, bb) = (k / QK, block_bytes(t));
-        if w.len() != n * blocks * bb {
-            return Err(format!("the {t:?} weight holds {} bytes, but {n} rows of k = {k} need {}", w.len(), n * blocks * bb));
+        Ok(p)
+    }
+
+    /// [`Panels::new`] in the memory of `w` (its bytes), which whole panels fill exactly:
+    /// `Err(w)`, untouched, when `n` is not a whole number of panels or `w` would be rejected.
+    pub fn in_place(t: GgufType, w: Tensor, n: usize, k: usize) -> Result<Panels, Tensor> {
+        let Ok(blocks) = check(t, w.bytes().len(), n, k) else { return Err(w) };
+        if !n.is_multiple_of(PANEL) {
+            return Err(w);
         }
         let (heads, codes) = parts(t);
+        let mut p = Panels { t, n, blocks, block_len: 16 * heads + PANEL * codes, data: w };
+        let mut rows = vec![0; PANEL * blocks * block_bytes(t)];
+        for i in 0..n / PANEL {
+            rows.copy_from_slice(p.panel_mut(i));
+            p.lay_out(i, &rows);
+        }
+        Ok(p)
+    }
+
+    /// Zeroed panels for `n` rows of `blocks` blocks.
+    fn empty(t: GgufType, n: usize, blocks: usize) -> Panels {
+        let (heads, codes) = parts(t);
         let block_len = 16 * heads + PANEL * codes;
-        let mut p = Panels { t, n, blocks, block_len, data: vec![0; n.div_ceil(PANEL) * blocks * block_len] };
-        for (j, row) in w.chunks_exact(blocks * bb).enumerate() {
+        Panels { t, n, blocks, block_len, data: Tensor::zeros(DType::U8, &[n.div_ceil(PANEL) * blocks * block_len]) }
+    }
+
+    /// Panel `i`'s bytes.
+    fn panel_mut(&mut self, i: usize) -> &mut [u8] {
+        let len = self.blocks * self.block_len;
+        &mut self.data.bytes_mut()[i * len..(i + 1) * len]
+    }
+
+    /// Writes the GGUF rows `src` (up to [`PANEL`], whole rows) as panel `i`.
+    fn lay_out(&mut self, i: usize, src: &[u8]) {
+        let (heads, _) = parts(self.t);
+        let (blocks, bb, len) = (self.blocks, block_bytes(self.t), self.block_len);
+        let panel = self.panel_mut(i);
+        for (lane, row) in src.chunks_exact((blocks * bb).max(1)).enumerate() {
             for (b, src) in row.chunks_exact(bb).enumerate() {
-                let (dst, lane) = p.block_mut(j, b);
+                let dst = &mut panel[b * len..(b + 1) * len];
                 for h in 0..heads {
                     dst[16 * h + 2 * lane..][..2].copy_from_slice(&src[2 * h..2 * h + 2]);
                 }
@@ -74,37 +126,45 @@ impl Panels {
                 }
             }
         }
-        Ok(p)
     }
 
     /// The GGUF bytes again, row after row.
     pub fn unpack(&self) -> Vec<u8> {
-        let (heads, _) = parts(self.t);
-        let bb = block_bytes(self.t);
-        let mut w = vec![0; self.n * self.blocks * bb];
-        for (j, row) in w.chunks_exact_mut(self.blocks * bb).enumerate() {
-            for (b, dst) in row.chunks_exact_mut(bb).enumerate() {
-                let (src, lane) = self.block(j, b);
-                for h in 0..heads {
-                    dst[2 * h..2 * h + 2].copy_from_slice(&src[16 * h + 2 * lane..][..2]);
-                }
-                for (i, four) in dst[2 * heads..].chunks_exact_mut(4).enumerate() {
-                    four.copy_from_slice(&src[16 * heads + 32 * i + 4 * lane..][..4]);
-                }
-            }
+        let mut w = vec![0; self.n * self.row_bytes()];
+        for (j, row) in w.chunks_exact_mut(self.row_bytes().max(1)).enumerate() {
+            self.copy_row(j, row);
         }
         w
+    }
+
+    /// Bytes of one GGUF row.
+    pub fn row_bytes(&self) -> usize {
+        self.blocks * block_bytes(self.t)
+    }
+
+    /// Row `j`'s GGUF bytes into `dst` ([`Panels::row_bytes`] long).
+    pub fn copy_row(&self, j: usize, dst: &mut [u8]) {
+        let (heads, _) = parts(self.t);
+        for (b, dst) in dst.chunks_exact_mut(block_bytes(self.t)).enumerate() {
+            let (src, lane) = self.block(j, b);
+            for h in 0..heads {
+                dst[2 * h..2 * h + 2].copy_from_slice(&src[16 * h + 2 * lane..][..2]);
+            }
+            for (i, four) in dst[2 * heads..].chunks_exact_mut(4).enumerate() {
+                four.copy_from_slice(&src[16 * heads + 32 * i + 4 * lane..][..4]);
+            }
+        }
     }
 
     /// Row `j`'s panel block `b` and `j`'s lane in it.
     fn block(&self, j: usize, b: usize) -> (&[u8], usize) {
         let at = (j / PANEL * self.blocks + b) * self.block_len;
-        (&self.data[at..at + self.block_len], j % PANEL)
+        (&self.data.bytes()[at..at + self.block_len], j % PANEL)
     }
 
-    fn block_mut(&mut self, j: usize, b: usize) -> (&mut [u8], usize) {
-        let at = (j / PANEL * self.blocks + b) * self.block_len;
-        (&mut self.data[at..at + self.block_len], j % PANEL)
+    /// The panels' bytes.
+    pub(super) fn data(&self) -> &[u8] {
+        self.data.bytes()
     }
 
     /// `k`, the weights per row.
@@ -174,7 +234,7 @@ pub(super) fn kernel_portable(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows:
         for b in 0..w.blocks {
             let xi = (m0 + r) * w.blocks + b;
             let xq = &a.q[xi * QK..(xi + 1) * QK];
-            let blk = &w.data[(p * w.blocks + b) * w.block_len..][..w.block_len];
+            let blk = &w.data()[(p * w.blocks + b) * w.block_len..][..w.block_len];
             for (lane, acc) in acc.iter_mut().enumerate() {
                 let mut s: i32 = (0..QK).map(|e| code(blk, lane, e) * i32::from(xq[e])).sum();
                 if w.t == GgufType::Q4_0 {
@@ -204,6 +264,22 @@ mod tests {
                 let w = weight_blocks(t, n * k / QK, (n + k) as u32);
                 assert_eq!(Panels::new(t, &w, n, k).unwrap().unpack(), w, "{t:?} {n}×{k}");
             }
+        }
+    }
+
+    #[test]
+    fn whole_panels_are_laid_out_in_place_as_anew() {
+        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+            for (n, k) in [(8, 32), (16, 96), (24, 256)] {
+                let w = weight_blocks(t, n * k / QK, (3 * n + k) as u32);
+                let owned = Tensor::from_bytes(DType::U8, &[w.len()], &w).unwrap();
+                let laid = Panels::in_place(t, owned, n, k).expect("whole panels");
+                assert_eq!(laid.data(), Panels::new(t, &w, n, k).unwrap().data(), "{t:?} {n}×{k}");
+                assert_eq!(laid.unpack(), w, "{t:?} {n}×{k}");
+            }
+            let w = weight_blocks(t, 9 * 64 / QK, 5);
+            let back = Panels::in_place(t, Tensor::from_bytes(DType::U8, &[w.len()], &w).unwrap(), 9, 64).expect_err("a part panel");
+            assert_eq!(back.bytes(), w, "{t:?}: given back untouched");
         }
     }
 

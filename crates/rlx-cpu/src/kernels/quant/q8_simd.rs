@@ -89,7 +89,7 @@ macro_rules! panel_kernel {
             let codes_at = if MIN { 32 } else { 16 };
             let mask = _mm256_set1_epi8(0x0F);
             let mut acc = [_mm256_setzero_ps(); R];
-            let panel = w.data.as_ptr().add(p * blocks * len);
+            let panel = w.data().as_ptr().add(p * blocks * len);
             for b in 0..blocks {
                 let blk = panel.add(b * len);
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));

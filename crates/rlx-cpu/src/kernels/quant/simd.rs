@@ -2,7 +2,7 @@
 //! common llama.cpp weight types): each block's 32 codes are widened to f32 in registers and
 //! multiplied there, never written out, and a decoded block serves a tile of activation rows.
 //! The offsets `Q4_0`'s −8 and `Q4_1`'s `m` contribute `offset·Σx` per block, with `Σx`
-//! summed once per row. Results equal the scalar path's ([`super::rows`]) up to the order of
+//! summed once per row (`Q8_0` has no offset and sums nothing). Results equal the scalar path's ([`super::rows`]) up to the order of
 //! the f32 additions.
 
 use rayon::prelude::*;
@@ -48,7 +48,10 @@ pub(super) fn matmul(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize, out: 
     }
     let rows = out.len() / n;
     let blocks = k / QK;
-    let xsum: Vec<f32> = x.chunks_exact(QK).map(|c| c.iter().sum()).collect();
+    let xsum: Vec<f32> = match t {
+        GgufType::Q8_0 => vec![0.0; x.len() / QK],
+        _ => x.chunks_exact(QK).map(|c| c.iter().sum()).collect(),
+    };
     let row_bytes = blocks * block_bytes(t);
     let per_task = if rows * n * k < PAR_FLOPS { n } else { n.div_ceil(8 * rayon::current_num_threads()) };
     let task = |j0: usize, dst: &mut [f32]| {
