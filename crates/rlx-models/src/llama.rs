@@ -81,6 +81,7 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
+    /// The dims the graph declares the parameter with.
     pub fn dims(&self) -> &[usize] {
         match self {
             ParamValue::Held(t) => t.shape(),
