@@ -81,6 +81,7 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
+    /// The dims the graph declares the parameter with.
     pub fn dims(&self) -> &[usize] {
         match self {
             ParamValue::Held(t) => t.shape(),
@@ -537,5 +538,64 @@ pub fn gguf_rope_style(arch: &str) -> RopeStyle {
     match arch {
         "llama" | "deepseek" | "deepseek2" | "granite" | "command-r" | "baichuan" | "internlm2" | "minicpm" => RopeStyle::GptJ,
         _ => RopeStyle::NeoX,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_cpu::CpuBackend;
+
+    /// The masks of a step at `pos` of `s` tokens, computed by the graph.
+    fn graph_masks(window: usize, slots: usize, capacity: usize, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
+        let w = Weights::new("none");
+        let mut b = Builder { g: Graph::new(), w: &w, params: Vec::new(), norm_plus_one: false };
+        let tokens = b.g.input(TOKENS, TensorType::new(DType::I64, Shape(vec![Dim::sym("S")])));
+        let at = b.g.input(POS, TensorType::of(DType::I64, &[1]));
+        let positions = b.positions(tokens, at).unwrap();
+        let causal = b.causal_mask(positions, capacity).unwrap();
+        let sliding = b.window_mask(positions, window, slots).unwrap();
+        b.g.set_outputs(vec![causal, sliding]).unwrap();
+        let mut c = Session::new(std::sync::Arc::new(CpuBackend::new())).compile(&b.g).unwrap();
+        let ids = Tensor::from_vec(vec![0i64; s], &[s]).unwrap();
+        let at = Tensor::from_vec(vec![pos as i64], &[1]).unwrap();
+        let out = c.run(&[(TOKENS, &ids), (POS, &at)]).unwrap();
+        (out[0].to_vec().unwrap(), out[1].to_vec().unwrap())
+    }
+
+    /// The masks as the host built them before they moved into the graph: from the position
+    /// each slot holds after the step, `last − (last − j) mod slots` for `j ≤ last`.
+    fn host_masks(window: usize, slots: usize, capacity: usize, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut causal = vec![HIDDEN; s * capacity];
+        for (i, row) in causal.chunks_mut(capacity).enumerate() {
+            row[..=pos + i].fill(0.0);
+        }
+        let last = pos + s - 1;
+        let held: Vec<Option<usize>> = (0..slots).map(|j| (j <= last).then(|| last - (last - j) % slots)).collect();
+        let mut sliding = vec![HIDDEN; s * slots];
+        for (i, row) in sliding.chunks_mut(slots).enumerate() {
+            for (m, p) in row.iter_mut().zip(&held) {
+                if p.is_some_and(|p| p <= pos + i && p + window > pos + i) {
+                    *m = 0.0;
+                }
+            }
+        }
+        (causal, sliding)
+    }
+
+    #[test]
+    fn in_graph_masks_match_the_slots_positions_for_every_step_a_ring_allows() {
+        let capacity = 40;
+        for (window, chunk) in [(4, 3), (5, 1), (3, 6)] {
+            let slots = window + chunk - 1;
+            for pos in 0..capacity {
+                // Llama::step_limit with a ring of `slots`.
+                for s in 1..=(capacity - pos).min(chunk).min(slots - pos % slots) {
+                    let what = format!("window {window}, ring {slots}: {s} tokens at {pos}");
+                    assert_eq!(graph_masks(window, slots, capacity, pos, s), host_masks(window, slots, capacity, pos, s), "{what}");
+                }
+            }
+        }
+        assert_eq!(graph_masks(4, capacity, capacity, 9, 7), host_masks(4, capacity, capacity, 9, 7), "no ring");
     }
 }

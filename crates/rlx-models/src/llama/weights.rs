@@ -33,7 +33,6 @@ pub struct Weights {
 pub struct MappedBlocks {
     pub file: Arc<GgufFile>,
     pub tensor: String,
-    pub ty: GgufType,
     pub dims: [usize; 2],
 }
 
@@ -102,7 +101,7 @@ impl Weights {
         let file = self.file.clone().ok_or_else(|| self.error(name, "is ggml blocks outside a GGUF file"))?;
         let &[n, k] = shape else { return Err(self.error(name, &format!("is {ty:?} blocks of shape {shape:?}, expected a matrix"))) };
         let row = ty.row_bytes(k).map_err(|e| self.error(name, &e))?;
-        Ok(MappedBlocks { file, tensor: name.to_string(), ty, dims: [n, row] })
+        Ok(MappedBlocks { file, tensor: name.to_string(), dims: [n, row] })
     }
 
     fn error(&self, name: &str, what: &str) -> ModelError {
