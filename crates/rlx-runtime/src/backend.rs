@@ -48,22 +48,6 @@ impl std::str::FromStr for Device {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::Device;
-
-    #[test]
-    fn devices_parse_as_they_print() {
-        for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3), Device::Wgpu(1)] {
-            assert_eq!(d.to_string().parse::<Device>(), Ok(d));
-        }
-        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
-        assert!("tpu".parse::<Device>().unwrap_err().contains("unknown device `tpu`"));
-        assert!("cuda:x".parse::<Device>().unwrap_err().contains("must be a number"));
-        assert!("cpu:1".parse::<Device>().is_err());
-    }
-}
-
 /// A compilation target. Backends claim op kinds per input dtypes; the shared legalizer decides
 /// the rest, so `compile` only ever sees nodes claimed natively for their dtypes.
 pub trait Backend: Send + Sync {
@@ -156,5 +140,21 @@ pub trait Executable: Send {
     /// Per node, its calls and time since profiling was last turned on.
     fn profile(&self) -> Vec<NodeTime> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Device;
+
+    #[test]
+    fn devices_parse_as_they_print() {
+        for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3), Device::Wgpu(1)] {
+            assert_eq!(d.to_string().parse::<Device>(), Ok(d));
+        }
+        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+        assert!("tpu".parse::<Device>().unwrap_err().contains("unknown device `tpu`"));
+        assert!("cuda:x".parse::<Device>().unwrap_err().contains("must be a number"));
+        assert!("cpu:1".parse::<Device>().is_err());
     }
 }
