@@ -17,6 +17,8 @@ for line in sys.stdin:
 cargo build --profile gpu -p rlx-cli --bin rlx
 cp target/gpu/rlx target/device/bin/rlx
 ls -la target/device/bin
+# The ONNX node tests for tools/gpu/onnx.sh, where this checkout has them (tools/onnx/materialize.sh).
+[ -d target/onnx/tests/node ] && tar cJf target/device/node.tar.xz -C target/onnx/tests node
 # Compressed, as the binaries together pass the 64 MiB a device run may carry.
 tar cJf target/device/bins.tar.xz -C target/device bin && rm -rf target/device/bin
 du -sh target/device

@@ -7,6 +7,7 @@
 use crate::gpu::{driver, error, Gpu};
 use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
+use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
 use crate::{attention, kv, matmul, rows, source};
 use cudarc::driver::{result as cu, sys};
@@ -17,49 +18,19 @@ use std::sync::Arc;
 /// Launches on one device.
 pub struct CudaEngine {
     pub(crate) gpu: Arc<Gpu>,
-    /// Where kernels report bad data ([`REPORT`] i64s: a code, then what it names).
-    err: DevMem,
+    /// Where kernels report bad data.
+    err: Reports,
 }
-
-/// The i64s of a kernel report: `[code, …]` with code 1 an index outside its extent
-/// (`value, extent`), 2 a KV-cache position where the rows do not fit (`position, steps,
-/// capacity, axis`), 3 a class label outside the classes (`row, label, classes,
-/// has_ignore, ignore_index`). The first kernel to claim the code (an atomic swap from 0)
-/// writes the rest.
-const REPORT: usize = 8;
 
 impl CudaEngine {
     pub fn new(gpu: Arc<Gpu>) -> Result<CudaEngine> {
-        let err = DevMem::zeroed(&gpu, REPORT * 8)?;
+        let err = Reports::new(&gpu)?;
         Ok(CudaEngine { gpu, err })
     }
 
     /// Where kernels write their report.
     pub(crate) fn reports(&self) -> u64 {
-        self.err.ptr
-    }
-
-    /// After the stream is idle: the first bad data a kernel reported since the last check,
-    /// as an error (and the report cleared).
-    fn check_reports(&self) -> Result<()> {
-        let mut r = [0i64; REPORT];
-        // SAFETY: `err` holds the report; the stream is idle, so no kernel writes it now.
-        unsafe { cu::memcpy_dtoh_sync(&mut r, self.err.ptr) }.map_err(driver("reading kernel reports"))?;
-        if r[0] == 0 {
-            return Ok(());
-        }
-        // SAFETY: as above.
-        unsafe { cu::memset_d8_sync(self.err.ptr, 0, REPORT * 8) }.map_err(driver("clearing kernel reports"))?;
-        Err(error(match r[0] {
-            1 => format!("an index operand held {}, outside [0, {})", r[1], r[2]),
-            2 if r[1] < 0 => format!("the cache position {} is negative", r[1]),
-            2 => format!("{} steps at position {} overflow the cache capacity {} along axis {}", r[2], r[1], r[3], r[4]),
-            3 => {
-                let ignore = if r[4] != 0 { format!(" and is not ignore_index {}", r[5]) } else { String::new() };
-                format!("row {}: label {} is outside the classes [0, {}){ignore}", r[1], r[2], r[3])
-            }
-            code => format!("a kernel reported bad data (code {code})"),
-        }))
+        self.err.ptr()
     }
 
     /// A generated kernel's function, compiled on first use.
@@ -180,7 +151,7 @@ impl CudaEngine {
                     Param::I64(inner as i64),
                     Param::I64(numel(idx.dims) as i64),
                     Param::I64(table.dims[g.axis] as i64),
-                    Param::Ptr(self.err.ptr),
+                    Param::Ptr(self.err.ptr()),
                 ];
                 elementwise(&self.gpu, f, numel(out.dims), &mut params)
             }
@@ -296,12 +267,13 @@ impl Engine for CudaEngine {
     fn download(&self, src: &DevMem, offset: usize, dst: &mut [u8]) -> Result<()> {
         within(offset, dst.len(), src.len)?;
         self.gpu.bind()?;
+        self.err.fetch()?;
         if !dst.is_empty() {
             // SAFETY: the range lies in `src`; the stream orders the copy after every launch.
             unsafe { cu::memcpy_dtoh_async(dst, src.at(offset), self.gpu.stream) }.map_err(driver("copying from the device"))?;
         }
         self.gpu.sync()?;
-        self.check_reports()
+        self.err.check()
     }
 
     fn copy(&self, src: Arg<'_, DevMem>, dst: Arg<'_, DevMem>) -> Result<()> {
@@ -372,8 +344,10 @@ impl Engine for CudaEngine {
     }
 
     fn sync(&self) -> Result<()> {
+        self.gpu.bind()?;
+        self.err.fetch()?;
         self.gpu.sync()?;
-        self.check_reports()
+        self.err.check()
     }
 
     fn scope<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {

@@ -15,6 +15,7 @@ mod launch;
 mod lt;
 mod matmul;
 mod memory;
+mod report;
 mod rows;
 pub mod source;
 
