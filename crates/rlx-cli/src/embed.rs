@@ -3,7 +3,7 @@
 //! similarities, or the full vectors as JSON.
 
 use rlx::models::bert::{BertError, SentenceEncoder};
-use rlx::{Device, RuntimeError, Session};
+use rlx::{DType, Device, RuntimeError, Session};
 use std::path::Path;
 use std::time::Instant;
 
@@ -18,15 +18,33 @@ pub enum EmbedError {
     NoText,
 }
 
-/// Loads the model in `dir` on `device` and embeds `texts`; prints a summary, or JSON with
-/// `json`.
-pub fn run(dir: &Path, texts: &[String], json: bool, device: Device) -> Result<(), EmbedError> {
+/// The dtype `rlx embed` computes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compute {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Compute {
+    fn dtype(self) -> DType {
+        match self {
+            Compute::F32 => DType::F32,
+            Compute::Bf16 => DType::BF16,
+            Compute::F16 => DType::F16,
+        }
+    }
+}
+
+/// Loads the model in `dir` on `device`, computing in `compute`, and embeds `texts`; prints a
+/// summary, or JSON with `json`.
+pub fn run(dir: &Path, texts: &[String], json: bool, device: Device, compute: Compute) -> Result<(), EmbedError> {
     if texts.is_empty() {
         return Err(EmbedError::NoText);
     }
     let session = Session::new(device)?;
     let t = Instant::now();
-    let mut encoder = SentenceEncoder::load(dir, &session)?;
+    let mut encoder = SentenceEncoder::load_in(dir, &session, compute.dtype())?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let t = Instant::now();

@@ -39,6 +39,9 @@ enum Command {
         /// Where to run: cpu, cuda[:N].
         #[arg(long, default_value = "cpu")]
         device: rlx::Device,
+        /// What the encoder computes in (weights stay f32; embeddings come out f32).
+        #[arg(long, value_enum, default_value = "f32")]
+        compute: rlx_cli::embed::Compute,
         texts: Vec<String>,
     },
     /// Run an ONNX model on .npy inputs (the conformance runner's protocol), or --bench it.
@@ -97,7 +100,7 @@ fn main() {
             Some(DemoJob::Block) => demo::block::run(),
             Some(DemoJob::Digits { epochs, seed }) => demo::digits::run(&demo::digits::DigitsOptions { epochs, seed, ..Default::default() }),
         },
-        Command::Embed { model, json, device, texts } => rlx_cli::embed::run(&model, &texts, json, device).map_err(Into::into),
+        Command::Embed { model, json, device, compute, texts } => rlx_cli::embed::run(&model, &texts, json, device, compute).map_err(Into::into),
         Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
         Command::Generate { model, prompt, n, temperature, top_k, top_p, seed } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
             model,

@@ -125,18 +125,26 @@ impl BertConfig {
         Ok(c)
     }
 
-    /// Builds the encoder graph with `pooling`.
+    /// Builds the encoder graph with `pooling`, in f32.
     pub fn build(&self, pooling: Pooling) -> Result<Bert, BertError> {
+        self.build_in(pooling, DType::F32)
+    }
+
+    /// Builds the encoder graph computing in `compute` (f32, or bf16 / f16 as PyTorch's
+    /// `model.to(dtype)` does): the parameters stay f32 and are cast once in the graph (the
+    /// executor hoists parameter-only casts out of the run); norms keep f32 statistics inside
+    /// their kernels, and pooling runs in f32, so the embeddings are f32 either way.
+    pub fn build_in(&self, pooling: Pooling, compute: DType) -> Result<Bert, BertError> {
         let h = self.hidden_size;
-        let mut b = Builder { g: Graph::new(), params: Vec::new(), eps: self.layer_norm_eps as f32 };
+        let mut b = Builder { g: Graph::new(), params: Vec::new(), eps: self.layer_norm_eps as f32, compute };
         let rows = TensorType::new(DType::I64, Shape(vec![Dim::sym("B"), Dim::sym("S")]));
         let ids = b.g.input(INPUT_IDS, rows.clone());
         let mask = b.g.input(ATTENTION_MASK, rows.clone());
         let types = b.g.input(TOKEN_TYPE_IDS, rows);
 
-        let word = b.param("embeddings.word_embeddings.weight", &[self.vocab_size, h], false);
-        let pos = b.param("embeddings.position_embeddings.weight", &[self.max_position_embeddings, h], false);
-        let typ = b.param("embeddings.token_type_embeddings.weight", &[self.type_vocab_size, h], false);
+        let word = b.param("embeddings.word_embeddings.weight", &[self.vocab_size, h], false)?;
+        let pos = b.param("embeddings.position_embeddings.weight", &[self.max_position_embeddings, h], false)?;
+        let typ = b.param("embeddings.token_type_embeddings.weight", &[self.type_vocab_size, h], false)?;
         let ones = b.g.compare(CmpOp::Eq, ids, ids)?;
         let ones = b.g.cast(ones, DType::I64)?;
         let positions = b.g.cumsum(ones, 1, true)?;
@@ -166,6 +174,7 @@ impl BertConfig {
             x = b.layer_norm(&format!("encoder.layer.{l}.output.LayerNorm"), down, h)?;
         }
 
+        let x = if compute == DType::F32 { x } else { b.g.cast(x, DType::F32)? };
         let embeddings = b.mean_pool(x, keep, pooling)?;
         b.g.set_outputs(vec![embeddings])?;
         Ok(Bert { config: self.clone(), graph: b.g, embeddings, params: b.params })
@@ -213,25 +222,32 @@ struct Builder {
     g: Graph,
     params: Vec<BertParam>,
     eps: f32,
+    /// The dtype activations and products are computed in.
+    compute: DType,
 }
 
 impl Builder {
-    fn param(&mut self, name: &str, shape: &[usize], transposed: bool) -> ValueId {
+    /// The f32 parameter `name`, in the compute dtype.
+    fn param(&mut self, name: &str, shape: &[usize], transposed: bool) -> Result<ValueId, IrError> {
         self.params.push(BertParam { name: name.into(), shape: shape.to_vec(), transposed });
-        self.g.param(name, TensorType::of(DType::F32, shape))
+        let p = self.g.param(name, TensorType::of(DType::F32, shape));
+        if self.compute == DType::F32 {
+            return Ok(p);
+        }
+        self.g.cast(p, self.compute)
     }
 
     /// `x · W + b` for a stored `[out, in]` weight `{name}.weight` and bias `{name}.bias`.
     fn dense(&mut self, name: &str, x: ValueId, d_in: usize, d_out: usize) -> Result<ValueId, IrError> {
-        let w = self.param(&format!("{name}.weight"), &[d_in, d_out], true);
-        let bias = self.param(&format!("{name}.bias"), &[d_out], false);
+        let w = self.param(&format!("{name}.weight"), &[d_in, d_out], true)?;
+        let bias = self.param(&format!("{name}.bias"), &[d_out], false)?;
         let y = self.g.matmul(x, w)?;
         self.g.binary(BinaryOp::Add, y, bias)
     }
 
     fn layer_norm(&mut self, name: &str, x: ValueId, d: usize) -> Result<ValueId, IrError> {
-        let gamma = self.param(&format!("{name}.weight"), &[d], false);
-        let beta = self.param(&format!("{name}.bias"), &[d], false);
+        let gamma = self.param(&format!("{name}.weight"), &[d], false)?;
+        let beta = self.param(&format!("{name}.bias"), &[d], false)?;
         self.g.layer_norm(x, gamma, beta, -1, self.eps)
     }
 
@@ -329,6 +345,11 @@ pub fn read_pooling(dir: &Path) -> Result<Pooling, BertError> {
 impl SentenceEncoder {
     /// Reads the model folder, builds the graph, compiles it on `session` and loads the weights.
     pub fn load(dir: impl AsRef<Path>, session: &Session) -> Result<SentenceEncoder, BertError> {
+        SentenceEncoder::load_in(dir, session, DType::F32)
+    }
+
+    /// [`SentenceEncoder::load`] computing in `compute` ([`BertConfig::build_in`]).
+    pub fn load_in(dir: impl AsRef<Path>, session: &Session, compute: DType) -> Result<SentenceEncoder, BertError> {
         let dir = dir.as_ref();
         let config = BertConfig::from_file(dir.join("config.json"))?;
         let pooling = read_pooling(dir)?;
@@ -337,7 +358,7 @@ impl SentenceEncoder {
         let max_len = if st_config.exists() { read_json::<SentenceBertConfig>(&st_config)?.max_seq_length } else { config.max_position_embeddings };
         let max_len = max_len.min(config.max_position_embeddings);
         let weights = SafetensorsFile::open(dir.join("model.safetensors"))?;
-        let bert = config.build(pooling)?;
+        let bert = config.build_in(pooling, compute)?;
         let mut compiled = session.compile(&bert.graph)?;
         for (name, t) in bert.weights(&weights)? {
             compiled.set_param(&name, t)?;

@@ -6,6 +6,7 @@
 
 use rlx_io::SafetensorsFile;
 use rlx_models::bert::{BertConfig, BertError, Pooling, SentenceEncoder, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
+use rlx_ir::DType;
 use rlx_runtime::{Session, Tensor};
 use rlx_train::init::Rng;
 use safetensors::tensor::{Dtype, TensorView};
@@ -136,15 +137,26 @@ fn reference(c: &BertConfig, w: &BTreeMap<String, (Vec<usize>, Vec<f64>)>, ids: 
 
 #[test]
 fn tiny_random_bert_matches_a_float64_forward_at_two_shapes() {
+    tiny_random_bert_against_float64(DType::F32, 2e-5);
+}
+
+/// The graph computing in bf16 (weights cast once, f32 norm statistics and pooling) stays
+/// within bf16's rounding of the float64 forward.
+#[test]
+fn tiny_random_bert_in_bf16_tracks_the_float64_forward() {
+    tiny_random_bert_against_float64(DType::BF16, 3e-2);
+}
+
+fn tiny_random_bert_against_float64(compute: DType, tol: f64) {
     let c = tiny_config();
     let mut rng = Rng::new(7);
     let weights = random_weights(&c, &mut rng);
-    let dir = std::env::temp_dir().join(format!("rlx-models-bert-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("rlx-models-bert-{}-{compute:?}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("model.safetensors");
     write_safetensors(&path, &weights);
 
-    let bert = c.build(Pooling { normalize: true }).unwrap();
+    let bert = c.build_in(Pooling { normalize: true }, compute).unwrap();
     let mut compiled = session().compile(&bert.graph).unwrap();
     for (name, t) in bert.weights(&SafetensorsFile::open(&path).unwrap()).unwrap() {
         compiled.set_param(&name, t).unwrap();
@@ -170,7 +182,7 @@ fn tiny_random_bert_matches_a_float64_forward_at_two_shapes() {
             let want = reference(&c, &weights, &ids[b * seq..b * seq + len], &types[b * seq..b * seq + len]);
             for (j, w) in want.iter().enumerate() {
                 let g = f64::from(got[b * c.hidden_size + j]);
-                assert!((g - w).abs() < 2e-5, "seq {seq} item {b} [{j}]: rlx {g} vs f64 {w}");
+                assert!((g - w).abs() < tol, "{compute:?} seq {seq} item {b} [{j}]: rlx {g} vs f64 {w}");
             }
         }
     }
