@@ -10,6 +10,6 @@ for case in "8192 bf16" "4096 f32" "4096 f16" "4096 bf16"; do
   python3 tools/gpu/gemm.py "$1" "$1" "$1" "$2"
 done
 for dtype in bf16 f32; do
-  target/device/bin/minilm "$dtype"
+  target/device/bin/minilm "$dtype" --profile
   python3 tools/gpu/minilm.py "$dtype"
 done

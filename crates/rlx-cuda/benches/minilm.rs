@@ -1,4 +1,4 @@
-//! The MiniLM-L6 encoder on the GPU (`cargo bench -p rlx-cuda --bench minilm -- [f32|bf16]`):
+//! The MiniLM-L6 encoder on the GPU (`cargo bench -p rlx-cuda --bench minilm -- [f32|bf16] [--profile]`):
 //! all-MiniLM-L6-v2's shape (6 layers, hidden 384, 12 heads, FFN 1536) with seeded random
 //! weights, inputs uploaded once, and each forward a submit and a wait; the median of 20 after
 //! warm-up, at 1 × 128, 32 × 128 and 256 × 128 tokens. tools/gpu/minilm.py times PyTorch's
@@ -74,5 +74,14 @@ fn main() {
             .collect();
         ms.sort_by(f64::total_cmp);
         println!("minilm-l6 {batch}x{seq} {compute:?}: rlx {:.3} ms (median of 20; {host} host segments)", ms[ms.len() / 2]);
+        if batch == 256 && std::env::args().any(|a| a == "--profile") {
+            c.set_profiling(true);
+            c.submit(&inputs).expect("the encoder runs");
+            c.sync().expect("the device finishes");
+            c.set_profiling(false);
+            for (op, calls, time) in c.profile().by_op().into_iter().take(8) {
+                println!("  {op:<28} {calls:>4} nodes {:>8.3} ms", time.as_secs_f64() * 1e3);
+            }
+        }
     }
 }
