@@ -205,7 +205,7 @@ fn tensor_core_attention_in_halves() {
 
 /// `AttentionBackwardAll` (or `AttentionBackward` of input `wrt`) over f32 inputs cast to
 /// `dtype`, on the GPU against the CPU.
-fn check_backward(gpu: &Session, layout: usize, (b, heads): (usize, usize), (s_q, s_k): (usize, usize), d: usize, mask: MaskKind, dtype: DType, wrt: Option<AttentionBwdWrt>) {
+fn check_backward(gpu: &Session, layout: usize, (b, heads): (usize, usize), (s_q, s_k, d): (usize, usize, usize), mask: MaskKind, dtype: DType, wrt: Option<AttentionBwdWrt>) {
     let mut g = Graph::new();
     let qd = dims(layout, b, heads, s_q, d);
     let kd = dims(layout, b, heads, s_k, d);
@@ -237,13 +237,13 @@ fn tensor_core_attention_gradients() {
             for mask in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(29)] {
                 for (layout, s_q, s_k) in [(4, 150, 150), (3, 70, 133), (4, 133, 70), (2, 1, 65)] {
                     let b = if layout == 2 { 1 } else { 2 };
-                    check_backward(&gpu, layout, (b, 3), (s_q, s_k), d, mask, dtype, None);
+                    check_backward(&gpu, layout, (b, 3), (s_q, s_k, d), mask, dtype, None);
                 }
             }
         }
     }
     for wrt in [AttentionBwdWrt::Query, AttentionBwdWrt::Key, AttentionBwdWrt::Value] {
-        check_backward(&gpu, 4, (1, 2), (96, 96), 64, MaskKind::Causal, DType::BF16, Some(wrt));
+        check_backward(&gpu, 4, (1, 2), (96, 96, 64), MaskKind::Causal, DType::BF16, Some(wrt));
     }
 }
 
