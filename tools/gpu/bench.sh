@@ -13,3 +13,5 @@ for dtype in bf16 f32; do
   target/device/bin/minilm "$dtype" --profile
   python3 tools/gpu/minilm.py "$dtype"
 done
+target/device/bin/sdpa
+python3 tools/gpu/attention.py

@@ -12,9 +12,10 @@ use crate::launch::{self, broadcast, Param};
 use crate::memory::DevMem;
 use crate::rows::{extent, ptr};
 use crate::source::attention::{self as src, Masking, KEY_TILE, MAX_WARPS};
+use crate::source::flash;
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::ops::attention::{Attention, MaskKind, RopeStyle};
-use rlx_ir::Op;
+use rlx_ir::{DType, Op};
 use rlx_runtime::Arg;
 
 type Res = Result<(), String>;
@@ -61,7 +62,37 @@ fn layout(dims: &[usize], heads: usize) -> ([i64; 3], usize, usize) {
     }
 }
 
-/// `Attention`: inputs `(q, k, v)` and the mask or bias of a `Custom` / `Bias` mask.
+/// The geometry of attention over `q`, `k`, `v` and the output (or its gradient) `o`, of
+/// `dims` each, with `heads` query heads: the kernels' arguments and the batch.
+fn geometry(heads: usize, dims: [&[usize]; 4], kv: usize, mask: MaskKind, scale: f32, softcap: f32) -> (AttnArgs, usize) {
+    let batch = if dims[0].len() >= 3 { dims[0][0] } else { 1 };
+    let (qs, s_q, d) = layout(dims[0], heads);
+    let (ks, s_k, _) = layout(dims[1], kv);
+    let (vs, _, dv) = layout(dims[2], kv);
+    let (os, _, _) = layout(dims[3], heads);
+    let args = AttnArgs {
+        q: qs,
+        k: ks,
+        v: vs,
+        o: os,
+        mask: [0; 4],
+        heads: heads as i64,
+        group: (heads / kv).max(1) as i64,
+        s_q: s_q as i64,
+        s_k: s_k as i64,
+        d: d as i64,
+        dv: dv as i64,
+        window: if let MaskKind::SlidingWindow(w) = mask { w as i64 } else { 0 },
+        causal: matches!(mask, MaskKind::Causal | MaskKind::SlidingWindow(_)) as i32,
+        scale,
+        softcap,
+    };
+    (args, batch)
+}
+
+/// `Attention`: inputs `(q, k, v)` and the mask or bias of a `Custom` / `Bias` mask. f16/bf16
+/// heads of 64 or 128 channels masked by position run the tensor-core kernels
+/// ([`crate::source::flash`]) where [`flash_takes`] them; the rest the scalar kernel.
 pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Res {
     let (q, k, v) = (ins[0], ins[1], ins[2]);
     if !(2..=4).contains(&q.dims.len()) {
@@ -69,17 +100,16 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
     }
     let heads = a.num_heads;
     let kv = a.kv_heads_of_dims(k.dims).max(1);
-    let batch = if q.dims.len() >= 3 { q.dims[0] } else { 1 };
-    let (qs, s_q, d) = layout(q.dims, heads);
-    let (ks, s_k, _) = layout(k.dims, kv);
-    let (vs, _, dv) = layout(v.dims, kv);
-    let (os, _, _) = layout(out.dims, heads);
+    // The default scale in f64, then rounded, as the CPU takes it.
+    let scale = a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from) as f32;
+    let (mut args, batch) = geometry(heads, [q.dims, k.dims, v.dims, out.dims], kv, a.mask_kind, scale, a.attn_logit_softcap.unwrap_or(0.0));
+    let (s_q, s_k, d, dv) = (args.s_q as usize, args.s_k as usize, args.d as usize, args.dv as usize);
     let masking = match a.mask_kind {
         MaskKind::None | MaskKind::Causal | MaskKind::SlidingWindow(_) => Masking::Ranges,
         MaskKind::Custom => Masking::Keys(ins[3].dtype),
         MaskKind::Bias => Masking::Bias(ins[3].dtype),
     };
-    let mask = match a.mask_kind {
+    args.mask = match a.mask_kind {
         MaskKind::Custom => {
             let s = broadcast(ins[3].dims, &[batch, s_k]);
             [s[0], 0, 0, s[1]]
@@ -90,26 +120,13 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
         }
         _ => [0; 4],
     };
-    let args = AttnArgs {
-        q: qs,
-        k: ks,
-        v: vs,
-        o: os,
-        mask,
-        heads: heads as i64,
-        group: (heads / kv).max(1) as i64,
-        s_q: s_q as i64,
-        s_k: s_k as i64,
-        d: d as i64,
-        dv: dv as i64,
-        window: if let MaskKind::SlidingWindow(w) = a.mask_kind { w as i64 } else { 0 },
-        causal: matches!(a.mask_kind, MaskKind::Causal | MaskKind::SlidingWindow(_)) as i32,
-        // The default scale in f64, then rounded, as the CPU takes it.
-        scale: a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from) as f32,
-        softcap: a.attn_logit_softcap.unwrap_or(0.0),
-    };
     if numel(out.dims) == 0 {
         return Ok(());
+    }
+    if masking == Masking::Ranges && flash_takes(q.dtype, &args, &[q, k, v, out]) {
+        let f = e.kernel(flash::forward(q.dtype, d, false), op, &[q.dtype; 3])?;
+        let mut params = vec![ptr(out), ptr(q), ptr(k), ptr(v), Param::Ptr(0), Param::Ptr(0), Param::Ptr(0), Param::I64(0), Param::Attn(Box::new(args))];
+        return flash_launch(e, f, (batch * heads, s_q.div_ceil(flash::FWD_ROWS)), (flash::forward_shared(d), d), &mut params);
     }
     let dtypes: Vec<_> = ins.iter().map(|a| a.dtype).collect();
     let f = e.kernel(src::attention(q.dtype, masking), op, &dtypes)?;
@@ -124,6 +141,87 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
     let extra = if a.mask_kind.takes_input() { ptr(ins[3]) } else { Param::Ptr(0) };
     let mut params = vec![ptr(out), ptr(q), ptr(k), ptr(v), extra, Param::Attn(Box::new(args))];
     launch::grid(&e.gpu, f, (blocks, 1, 1), (warps * 32, 1, 1), shared as u32, &mut params)
+}
+
+/// Whether the tensor-core kernels take attention of `args` over `tensors` of dtype `dt`:
+/// f16/bf16 heads of 64 or 128 (as wide for V), some keys, every query row keeping a key
+/// (causal with at least as many keys as queries), and rows whose 16-byte chunks are aligned.
+fn flash_takes(dt: DType, args: &AttnArgs, tensors: &[Arg<'_, DevMem>]) -> bool {
+    let strides = [args.q, args.k, args.v, args.o];
+    flash::takes(dt, args.d as usize)
+        && args.d == args.dv
+        && args.s_k > 0
+        && (args.causal == 0 || args.s_q <= args.s_k)
+        && (args.s_q as usize).div_ceil(flash::BWD_ROWS) < 65536
+        && (args.s_k as usize).div_ceil(flash::BWD_KEYS) < 65536
+        && strides.iter().flatten().all(|s| s % 8 == 0)
+        && tensors.iter().all(|t| t.buf.at(t.offset) % 16 == 0)
+}
+
+/// Launches a flash kernel over `(B·H, blocks)` with its shared memory.
+fn flash_launch(e: &CudaEngine, f: sys::CUfunction, (heads, blocks): (usize, usize), (shared, d): (usize, usize), params: &mut [Param]) -> Res {
+    if heads == 0 || blocks == 0 {
+        return Ok(());
+    }
+    allow_shared(e, f, shared, (d, d))?;
+    let grid = (extent(heads)?, extent(blocks)?, 1);
+    launch::grid(&e.gpu, f, grid, (flash::THREADS, 1, 1), shared as u32, params)
+}
+
+/// `AttentionBackwardAll` (`wrt` `None`: outputs `dQ, dK, dV`) or `AttentionBackward` of
+/// input `wrt` (one output), over `(q, k, v, dy)` with a mask by position: the statistics
+/// pass (log-sum-exp and `D = Σ dO∘O` per row, into scratch), then the `dK`/`dV` and the `dQ`
+/// kernels, each launched only where its gradient is wanted.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: MaskKind, wrt: Option<usize>, ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> Res {
+    let (q, k, v, dy) = (ins[0], ins[1], ins[2], ins[3]);
+    if !(2..=4).contains(&q.dims.len()) {
+        return Err(format!("q {:?} must be [B, H, S, D], [B, S, H·D] or [S, H·D]", q.dims));
+    }
+    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let (args, batch) = geometry(heads, [q.dims, k.dims, v.dims, dy.dims], heads, mask, scale, 0.0);
+    let grad = |i: usize| match wrt {
+        None => outs.get(i).copied(),
+        Some(w) if w == i => outs.first().copied(),
+        Some(_) => None,
+    };
+    let (dq, dk, dv) = (grad(0), grad(1), grad(2));
+    let mut all = vec![q, k, v, dy];
+    all.extend([dq, dk, dv].into_iter().flatten());
+    let (s_q, s_k, d) = (args.s_q as usize, args.s_k as usize, args.d as usize);
+    let fits = s_q.div_ceil(flash::BWD_ROWS) < 65536 && s_k.div_ceil(flash::BWD_KEYS) < 65536;
+    if !flash::takes(q.dtype, d) || args.dv != args.d || !fits || !all.iter().all(|t| t.buf.at(t.offset) % 16 == 0) {
+        return Err(format!("the CUDA attention backward takes f16/bf16 heads of 64 or 128 channels with 16-byte aligned rows, not q {:?} of {}", q.dims, q.dtype));
+    }
+    let bh = batch * heads;
+    let pad = s_q.div_ceil(flash::BWD_ROWS) * flash::BWD_ROWS;
+    let scratch = DevMem::zeroed(&e.gpu, 2 * bh * pad * 4).map_err(|err| err.to_string())?;
+    let stats = || [Param::Ptr(scratch.at(0)), Param::Ptr(scratch.at(bh * pad * 4)), Param::I64(pad as i64)];
+    let opt = |a: Option<Arg<'_, DevMem>>| a.map_or(Param::Ptr(0), ptr);
+    let boxed = || Param::Attn(Box::new(args));
+    let dt = [q.dtype; 4];
+    let f = e.kernel(flash::forward(q.dtype, d, true), op, &dt)?;
+    let mut params = vec![Param::Ptr(0), ptr(q), ptr(k), ptr(v), ptr(dy)];
+    params.extend(stats());
+    params.push(boxed());
+    flash_launch(e, f, (bh, s_q.div_ceil(flash::FWD_ROWS)), (flash::forward_shared(d), d), &mut params)?;
+    if dk.is_some() || dv.is_some() {
+        let f = e.kernel(flash::key_grads(q.dtype, d), op, &dt)?;
+        let mut params = vec![opt(dk), opt(dv), ptr(q), ptr(k), ptr(v), ptr(dy)];
+        params.extend(stats());
+        params.push(boxed());
+        flash_launch(e, f, (bh, s_k.div_ceil(flash::BWD_KEYS)), (flash::key_grads_shared(d), d), &mut params)?;
+    }
+    if let Some(dq) = dq {
+        let f = e.kernel(flash::query_grads(q.dtype, d), op, &dt)?;
+        let mut params = vec![ptr(dq), ptr(q), ptr(k), ptr(v), ptr(dy)];
+        params.extend(stats());
+        params.push(boxed());
+        flash_launch(e, f, (bh, s_q.div_ceil(flash::BWD_ROWS)), (flash::query_grads_shared(d), d), &mut params)?;
+    }
+    // Freed on the stream, after the kernels that read it.
+    drop(scratch);
+    Ok(())
 }
 
 /// Lets `f` use `bytes` of dynamic shared memory, or says that the device has too little

@@ -13,7 +13,7 @@ pub const KINDS: &[OpKind] = {
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
         StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
         RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
-        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, KvAppend,
+        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend,
     ]
 };
 
@@ -50,7 +50,11 @@ impl Claims for CudaClaims {
             }
             Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
             SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
-            Attention => "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases",
+            Attention => {
+                "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases; \
+                 f16/bf16 heads of 64 or 128 masked by position on the tensor cores"
+            }
+            AttentionBackward | AttentionBackwardAll => "f16, bf16 heads of 64 or 128 with masks by position (tensor cores); others decompose",
             _ => return None,
         })
     }
@@ -59,7 +63,7 @@ impl Claims for CudaClaims {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rlx_ir::ops::attention::{Attention, MaskKind};
+    use rlx_ir::ops::attention::{Attention, AttentionBackward, AttentionBackwardAll, AttentionBwdWrt, MaskKind};
     use rlx_ir::ops::reduce::Cumsum;
     use rlx_ir::ops::shape::KvAppend;
     use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyWithLogits};
@@ -77,6 +81,14 @@ mod tests {
         assert_eq!(claim(attention(64, MaskKind::Custom), &[F16, F16, F16, Bool]), Claim::Native);
         assert_eq!(claim(attention(64, MaskKind::Causal), &[F64, F64, F64]), Claim::No, "f64 attention decomposes");
         assert_eq!(claim(attention(1024, MaskKind::None), &[F32, F32, F32]), Claim::No, "heads too wide for the tiles decompose");
+        let backward = |head_dim, mask_kind| Op::AttentionBackwardAll(AttentionBackwardAll { num_heads: 4, head_dim, mask_kind });
+        assert_eq!(claim(backward(128, MaskKind::Causal), &[BF16; 4]), Claim::Native);
+        assert_eq!(claim(backward(64, MaskKind::SlidingWindow(8)), &[F16; 4]), Claim::Native);
+        assert_eq!(claim(backward(64, MaskKind::None), &[F32; 4]), Claim::No, "f32 gradients decompose");
+        assert_eq!(claim(backward(96, MaskKind::None), &[BF16; 4]), Claim::No, "heads other than 64 and 128 decompose");
+        assert_eq!(claim(backward(64, MaskKind::Custom), &[BF16, BF16, BF16, BF16, Bool]), Claim::No, "key masks decompose");
+        let one = AttentionBackward { num_heads: 4, head_dim: 64, mask_kind: MaskKind::None, wrt: AttentionBwdWrt::Key };
+        assert_eq!(claim(Op::AttentionBackward(one), &[BF16; 4]), Claim::Native);
         let xent = Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: None });
         assert_eq!(claim(xent.clone(), &[F32, I32]), Claim::Native);
         assert_eq!(claim(xent, &[F32, F32]), Claim::No, "f32-encoded labels decompose");

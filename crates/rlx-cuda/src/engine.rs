@@ -190,6 +190,8 @@ impl CudaEngine {
             Op::Rope(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, false, ins, out),
             Op::RopeBackward(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, true, ins, out),
             Op::Attention(a) => attention::attention(self, op, a, ins, out),
+            Op::AttentionBackward(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, Some(a.wrt as usize), ins, outs),
+            Op::AttentionBackwardAll(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, None, ins, outs),
             Op::KvAppend(a) => kv::append(self, op, a, ins, out),
             _ => Err(format!("{} has no CUDA kernel", op.kind())),
         }

@@ -3,13 +3,14 @@
 //! (float and Bool padding masks, a fully masked batch item) and by bias (broadcast, with
 //! −1e9 and −∞ entries), grouped KV heads, softcap and scale, wide values, heads large
 //! enough to need more than 48 KiB of shared memory, decode-shaped attention of one query
-//! against a cache, and f16/bf16. The cache append is checked over several runs of a
+//! against a cache, and f16/bf16; the tensor-core kernels (f16/bf16 heads of 64 and 128)
+//! forward and backward, with lengths off their tiles. The cache append is checked over several runs of a
 //! decode loop keeping its state, with its errors. Skips without a device.
 
 mod common;
 
 use common::{agree_native, compare, cpu, f32_input, gpu, random, uniform, Tol};
-use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeBackward, RopeStyle};
+use rlx_ir::ops::attention::{Attention, AttentionBackward, AttentionBackwardAll, AttentionBwdWrt, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Graph, OpKind, Shape, TensorType};
 use rlx_runtime::{CompiledGraph, Session, Tensor};
@@ -172,6 +173,77 @@ fn attention_in_halves() {
         let mut c = Case::new(3, (1, 4, 4), (1, 129), (32, 32), MaskKind::None);
         c.dtype = dtype;
         c.check(&gpu);
+    }
+}
+
+#[test]
+fn tensor_core_attention_in_halves() {
+    let Some(gpu) = gpu() else { return };
+    // Heads of 64 and 128 in f16/bf16 masked by position run the tensor-core kernels: lengths
+    // off the 128-row and 64-key tiles, more keys than queries, grouped heads, every layout;
+    // more queries than keys with a causal mask (rows keeping no key) take the scalar kernel.
+    for dtype in [DType::BF16, DType::F16] {
+        for d in [64, 128] {
+            for mask in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(37)] {
+                for (layout, heads, s_q, s_k) in [(4, (2, 4, 4), 200, 200), (3, (2, 4, 2), 77, 301), (2, (1, 6, 3), 129, 129), (4, (1, 2, 1), 1, 90)] {
+                    let mut c = Case::new(layout, heads, (s_q, s_k), (d, d), mask);
+                    c.dtype = dtype;
+                    c.check(&gpu);
+                }
+            }
+            let mut c = Case::new(4, (1, 2, 2), (150, 60), (d, d), MaskKind::Causal);
+            c.dtype = dtype;
+            c.check(&gpu);
+        }
+    }
+    let mut c = Case::new(4, (2, 4, 2), (140, 140), (64, 64), MaskKind::Causal);
+    c.dtype = DType::BF16;
+    c.softcap = Some(5.0);
+    c.scale = Some(0.3);
+    c.check(&gpu);
+}
+
+/// `AttentionBackwardAll` (or `AttentionBackward` of input `wrt`) over f32 inputs cast to
+/// `dtype`, on the GPU against the CPU.
+fn check_backward(gpu: &Session, layout: usize, (b, heads): (usize, usize), (s_q, s_k, d): (usize, usize, usize), mask: MaskKind, dtype: DType, wrt: Option<AttentionBwdWrt>) {
+    let mut g = Graph::new();
+    let qd = dims(layout, b, heads, s_q, d);
+    let kd = dims(layout, b, heads, s_k, d);
+    let names = ["q", "k", "v", "dy"];
+    let shapes = [&qd, &kd, &kd, &qd];
+    let vals: Vec<_> = names.iter().zip(shapes).map(|(n, dims)| {
+        let x = f32_input(&mut g, n, dims);
+        g.cast(x, dtype).unwrap()
+    }).collect();
+    let grads = match wrt {
+        None => g.attention_backward_all(AttentionBackwardAll { num_heads: heads, head_dim: d, mask_kind: mask }, vals[0], vals[1], vals[2], vals[3], None).unwrap(),
+        Some(wrt) => vec![g.attention_backward(AttentionBackward { num_heads: heads, head_dim: d, mask_kind: mask, wrt }, vals[0], vals[1], vals[2], vals[3], None).unwrap()],
+    };
+    let outs = grads.into_iter().map(|v| g.cast(v, DType::F32).unwrap()).collect();
+    g.set_outputs(outs).unwrap();
+    let seed = (s_q * 1000 + s_k * 10 + d + layout) as u64;
+    let inputs: Vec<(&str, Tensor)> = names.iter().zip(shapes).enumerate().map(|(i, (n, dims))| (*n, random(dims, seed + i as u64, -1.5, 1.5))).collect();
+    let kind = if wrt.is_some() { OpKind::AttentionBackward } else { OpKind::AttentionBackwardAll };
+    agree_native(gpu, &g, &inputs, Tol::norm(2e-2), &[kind]);
+}
+
+#[test]
+fn tensor_core_attention_gradients() {
+    let Some(gpu) = gpu() else { return };
+    // Lengths off the 64-row tiles, more keys than queries, and more queries than keys
+    // (under a causal mask the first rows keep no key: uniform weights, dV only).
+    for dtype in [DType::BF16, DType::F16] {
+        for d in [64, 128] {
+            for mask in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(29)] {
+                for (layout, s_q, s_k) in [(4, 150, 150), (3, 70, 133), (4, 133, 70), (2, 1, 65)] {
+                    let b = if layout == 2 { 1 } else { 2 };
+                    check_backward(&gpu, layout, (b, 3), (s_q, s_k, d), mask, dtype, None);
+                }
+            }
+        }
+    }
+    for wrt in [AttentionBwdWrt::Query, AttentionBwdWrt::Key, AttentionBwdWrt::Value] {
+        check_backward(&gpu, 4, (1, 2), (96, 96, 64), MaskKind::Causal, DType::BF16, Some(wrt));
     }
 }
 

@@ -2,7 +2,7 @@
 //! (NVRTC alone; `.ci/run` installs it from PyPI). Skips, saying so, where NVRTC is absent.
 
 use rlx_cuda::source::{self, Source};
-use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeBackward, RopeStyle};
+use rlx_ir::ops::attention::{Attention, AttentionBackwardAll, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::elementwise::{Activation, ActivationBackward, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Fma, ReluBackward, Where};
 use rlx_ir::ops::fused::{FusedResidualLN, FusedResidualRmsNorm};
 use rlx_ir::ops::index::Gather;
@@ -77,6 +77,10 @@ fn row_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
         (Op::KvAppend(KvAppend { axis: 1, pos: 0 }), vec![d, d, DType::I64]),
         (Op::Attention(Attention::new(4, 8, MaskKind::Causal)), vec![d; 3]),
     ];
+    for head_dim in [64, 128] {
+        nodes.push((Op::Attention(Attention::new(4, head_dim, MaskKind::Causal)), vec![d; 3]));
+        nodes.push((Op::AttentionBackwardAll(AttentionBackwardAll { num_heads: 4, head_dim, mask_kind: MaskKind::Causal }), vec![d; 4]));
+    }
     for other in DTYPES {
         nodes.push((Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: Some(-100) }), vec![d, other]));
         nodes.push((Op::Rope(Rope { head_dim: 8, n_rot: 8, style: RopeStyle::NeoX }), vec![d, other, other]));

@@ -40,7 +40,7 @@ pub enum Masking {
 
 /// The geometry every attention kernel takes (`struct Attn`, passed by value; see
 /// [`crate::attention::AttnArgs`], its Rust twin).
-const ATTN: &str = "struct Attn {
+pub(super) const ATTN: &str = "struct Attn {
     i64 q[3], k[3], v[3], o[3]; /* element strides of batch, head and row; channels are contiguous */
     i64 mask[4];                /* mask or bias strides over [B, H, S_q, S_k] (0 where it broadcasts) */
     i64 heads, group, s_q, s_k, d, dv, window;

@@ -6,6 +6,7 @@
 //! embeddings in [`attention`].
 
 pub mod attention;
+pub mod flash;
 pub mod rows;
 
 use attention::Masking;
@@ -346,7 +347,15 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::SoftmaxCrossEntropyWithLogits(_) => rows::sparse_cross_entropy(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Rope(_) | Op::RopeBackward(_) => attention::rope(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
-        Op::Attention(a) => attention::attention(d(0)?, masking(a.mask_kind, d(3))?).map(|s| vec![s]),
+        Op::Attention(a) => {
+            let mut sources = vec![attention::attention(d(0)?, masking(a.mask_kind, d(3))?)?];
+            if !a.mask_kind.takes_input() && a.v_head_dim.is_none_or(|v| v == a.head_dim) {
+                sources.extend(flash::forward(d(0)?, a.head_dim, false));
+            }
+            Some(sources)
+        }
+        Op::AttentionBackward(a) => flash::backward(d(0)?, a.head_dim, a.mask_kind),
+        Op::AttentionBackwardAll(a) => flash::backward(d(0)?, a.head_dim, a.mask_kind),
         Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }

@@ -1,0 +1,94 @@
+//! Attention on the GPU through rlx (`cargo bench -p rlx-cuda --bench sdpa`): bf16, head-major
+//! `[B, H, S, D]`, causal B8 H16 S2048 D128 and non-causal B32 H12 S512 D64, the forward
+//! alone (`Attention`) and forward + backward (`Attention` and `AttentionBackwardAll` in one
+//! graph, as a training step runs them). Ten submits on device values between waits, the
+//! median over nine such rounds. tools/gpu/attention.py times PyTorch's SDPA backends the
+//! same way; tools/gpu/bench.sh runs both.
+
+use rlx_cpu::CpuBackend;
+use rlx_cuda::CudaBackend;
+use rlx_ir::ops::attention::{Attention, AttentionBackwardAll, MaskKind};
+use rlx_ir::{DType, Graph, Shape, TensorType};
+use rlx_runtime::{Session, Tensor};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Submits per timed round, and rounds.
+const SUBMITS: usize = 10;
+const ROUNDS: usize = 9;
+
+/// `len` values uniform in ±1 as a bf16 tensor (cast on the CPU).
+fn values(dims: &[usize], seed: u64) -> Tensor {
+    let len: usize = dims.iter().product();
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let v: Vec<f32> = (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect();
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape::of(&[len])));
+    let y = g.cast(x, DType::BF16).expect("a cast");
+    g.set_outputs(vec![y]).expect("one output");
+    let t = Tensor::from_vec(v, &[len]).expect("a vector");
+    let y = Session::new(Arc::new(CpuBackend::new())).compile(&g).expect("a cast compiles").run(&[("x", &t)]).expect("a cast runs").remove(0);
+    Tensor::from_bytes(DType::BF16, dims, y.bytes()).expect("the values fit")
+}
+
+/// The median seconds of one submit of `g` over `inputs`.
+fn time(session: &Session, g: &Graph, inputs: &[(&str, &Tensor)]) -> f64 {
+    let mut c = session.compile(g).expect("the attention graph compiles for CUDA");
+    let held: Vec<_> = inputs.iter().map(|(n, t)| (*n, c.upload(t).expect("an input uploads"))).collect();
+    let named: Vec<_> = held.iter().map(|(n, t)| (*n, t)).collect();
+    for _ in 0..3 {
+        c.submit(&named).expect("the graph runs");
+    }
+    c.sync().expect("the device finishes");
+    let mut rounds: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..SUBMITS {
+                c.submit(&named).expect("the graph runs");
+            }
+            c.sync().expect("the device finishes");
+            started.elapsed().as_secs_f64() / SUBMITS as f64
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    rounds[ROUNDS / 2]
+}
+
+fn main() {
+    let backend = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let session = Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new()));
+    for (b, h, s, d, causal) in [(8, 16, 2048, 128, true), (32, 12, 512, 64, false)] {
+        let dims = [b, h, s, d];
+        let mask_kind = if causal { MaskKind::Causal } else { MaskKind::None };
+        let ty = TensorType::new(DType::BF16, Shape::of(&dims));
+        let data: Vec<Tensor> = (0..4).map(|i| values(&dims, 11 + i)).collect();
+        let inputs: Vec<(&str, &Tensor)> = ["q", "k", "v", "dy"].into_iter().zip(&data).collect();
+        let mut g = Graph::new();
+        let x: Vec<_> = inputs.iter().map(|(n, _)| g.input(n, ty.clone())).collect();
+        let y = g.attention(Attention::new(h, d, mask_kind), x[0], x[1], x[2], None).expect("attention");
+        g.set_outputs(vec![y]).expect("one output");
+        let forward = time(&session, &g, &inputs[..3]);
+        let grads = g.attention_backward_all(AttentionBackwardAll { num_heads: h, head_dim: d, mask_kind }, x[0], x[1], x[2], x[3], None).expect("gradients");
+        g.set_outputs([vec![y], grads].concat()).expect("four outputs");
+        let both = time(&session, &g, &inputs);
+        // FlashAttention's count: 4·B·H·S²·D for the forward (half when causal), 2.5 times
+        // that for the backward.
+        let flops = 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
+        let shape = format!("{} B{b} H{h} S{s} D{d} bf16", if causal { "causal" } else { "full" });
+        println!("rlx   attention fwd     {shape}: median {:.3} ms, {:.0} TFLOP/s", forward * 1e3, flops / forward / 1e12);
+        println!("rlx   attention fwd+bwd {shape}: median {:.3} ms, {:.0} TFLOP/s", both * 1e3, 3.5 * flops / both / 1e12);
+    }
+}
