@@ -9,3 +9,5 @@ for case in "8192 bf16" "4096 f32" "4096 f16" "4096 bf16"; do
   target/device/bin/gemm "$1" "$2"
   python3 tools/gpu/gemm.py "$1" "$1" "$1" "$2"
 done
+target/device/bin/decode 128
+python3 tools/gpu/decode.py 128

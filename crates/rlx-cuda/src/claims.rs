@@ -13,7 +13,7 @@ pub const KINDS: &[OpKind] = {
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
         StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
         RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
-        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, KvAppend,
+        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, KvAppend, DequantMatMul,
     ]
 };
 
@@ -51,6 +51,7 @@ impl Claims for CudaClaims {
             Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
             SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
             Attention => "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases",
+            DequantMatMul => "GGUF Q4_0, Q4_1, Q8_0 blocks as stored, F32 activations (exact or Q8Blocks)",
             _ => return None,
         })
     }

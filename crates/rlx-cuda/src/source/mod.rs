@@ -6,11 +6,15 @@
 //! embeddings in [`attention`].
 
 pub mod attention;
+pub mod decode;
+pub mod matmul;
+pub mod quant;
 pub mod rows;
 
 use attention::Masking;
 use rlx_ir::ops::attention::MaskKind;
 use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::quant::QuantScheme;
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Op};
 use rows::{Norm, Scan};
@@ -332,7 +336,11 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
         Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
-        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(Vec::new),
+        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
+        Op::DequantMatMul(q) => match (&q.scheme, d(0)?, d(1)?) {
+            (QuantScheme::Gguf(t), DType::F32, DType::U8) => quant::dequant_matmul(*t, q.activations).map(|s| vec![s]),
+            _ => None,
+        },
         Op::Softmax(_) => rows::softmax(d(0)?).map(|s| vec![s]),
         Op::LayerNorm(_) | Op::LayerNorm2d(_) => rows::norm(Norm::Layer, d(0)?).map(|s| vec![s]),
         Op::RmsNorm(_) => rows::norm(Norm::Rms, d(0)?).map(|s| vec![s]),
@@ -346,7 +354,15 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::SoftmaxCrossEntropyWithLogits(_) => rows::sparse_cross_entropy(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Rope(_) | Op::RopeBackward(_) => attention::rope(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
-        Op::Attention(a) => attention::attention(d(0)?, masking(a.mask_kind, d(3))?).map(|s| vec![s]),
+        Op::Attention(a) => {
+            let general = attention::attention(d(0)?, masking(a.mask_kind, d(3))?)?;
+            let split = match a.mask_kind {
+                MaskKind::None => decode::attention(d(0)?, None),
+                MaskKind::Bias => decode::attention(d(0)?, Some(d(3)?)),
+                _ => None,
+            };
+            Some(std::iter::once(general).chain(split).collect())
+        }
         Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }
