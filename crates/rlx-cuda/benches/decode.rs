@@ -98,7 +98,7 @@ fn bench(backend: &Arc<CudaBackend>, name: &str, config: &LlamaConfig, blocks: O
         e.1 += n.total;
     }
     let mut kinds: Vec<_> = by_kind.into_iter().collect();
-    kinds.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1 .1));
     let line: Vec<String> = kinds.iter().take(8).map(|(k, (calls, t))| format!("{k} {:.3} ms/{}", t.as_secs_f64() * 1e3 / 4.0, calls / 4)).collect();
     println!("profile {name} (per step, launched one by one and waited on): {}", line.join(", "));
     Ok(())
