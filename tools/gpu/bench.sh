@@ -15,3 +15,5 @@ for dtype in bf16 f32; do
 done
 target/device/bin/sdpa
 python3 tools/gpu/attention.py
+target/device/bin/decode 128
+python3 tools/gpu/decode.py 128

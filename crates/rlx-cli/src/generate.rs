@@ -1,5 +1,6 @@
 //! `rlx generate`: text from a Llama-family model (a GGUF file or a Hugging Face checkpoint
-//! folder), streamed as it is sampled, with the prefill and decode speeds.
+//! folder), streamed as it is sampled, with the prefill and decode speeds, on the CPU or a GPU
+//! (weights and KV caches in device memory, each decode step one replayed CUDA graph).
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rlx::models::llama::{GgufModel, Generator, HfModel, Llama, Sampling};
@@ -16,6 +17,7 @@ pub struct GenerateOptions {
     /// Most new tokens (generation also stops at the end-of-sequence token).
     pub n: usize,
     pub sampling: Sampling,
+    pub device: Device,
 }
 
 pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
@@ -40,7 +42,7 @@ pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
     let capacity = (prompt.len() + o.n).min(config.context.max(prompt.len() + 1));
     let model = Llama::build(&config, &weights, capacity)?;
     drop(weights);
-    let session = Session::new(Device::Cpu)?;
+    let session = Session::new(o.device)?;
     let mut gen = Generator::new(model, &session)?;
     let mut pending: Vec<u8> = Vec::new();
     let mut out = std::io::stdout();
@@ -78,5 +80,8 @@ pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
         mb(prefill_arena),
         mb(decode_arena),
     );
+    if let Some((in_use, peak)) = session.backend().device_memory() {
+        eprintln!("device memory ({}): peak {:.1} MB, {:.1} MB in use", o.device, mb(peak), mb(in_use));
+    }
     Ok(())
 }

@@ -68,6 +68,9 @@ enum Command {
         top_p: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Where to run: cpu, cuda[:N].
+        #[arg(long, default_value = "cpu")]
+        device: rlx::Device,
     },
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
@@ -102,11 +105,12 @@ fn main() {
         },
         Command::Embed { model, json, device, compute, texts } => rlx_cli::embed::run(&model, &texts, json, device, compute).map_err(Into::into),
         Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
-        Command::Generate { model, prompt, n, temperature, top_k, top_p, seed } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
+        Command::Generate { model, prompt, n, temperature, top_k, top_p, seed, device } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
             model,
             prompt,
             n,
             sampling: rlx::models::llama::Sampling { temperature, top_k, top_p, seed },
+            device,
         }),
         Command::Ops { markdown } => {
             ops(markdown);

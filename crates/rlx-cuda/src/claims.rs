@@ -13,7 +13,7 @@ pub const KINDS: &[OpKind] = {
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
         StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
         RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
-        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend,
+        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend, DequantMatMul,
     ]
 };
 
@@ -55,6 +55,7 @@ impl Claims for CudaClaims {
                  f16/bf16 heads of 64 or 128 masked by position on the tensor cores"
             }
             AttentionBackward | AttentionBackwardAll => "f16, bf16 heads of 64 or 128 with masks by position (tensor cores); others decompose",
+            DequantMatMul => "GGUF Q4_0, Q4_1, Q8_0 blocks as stored, F32 activations (exact or Q8Blocks)",
             _ => return None,
         })
     }

@@ -9,7 +9,7 @@ use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
 use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
-use crate::{attention, kv, matmul, rows, source};
+use crate::{attention, decode, kv, matmul, quant, rows, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result};
@@ -20,12 +20,18 @@ pub struct CudaEngine {
     pub(crate) gpu: Arc<Gpu>,
     /// Where kernels report bad data.
     err: Reports,
+    /// The split-K scratch of the few-row products.
+    pub(crate) split: matmul::Split,
+    /// The scratch of decode's split attention.
+    pub(crate) decode: decode::Scratch,
 }
 
 impl CudaEngine {
     pub fn new(gpu: Arc<Gpu>) -> Result<CudaEngine> {
         let err = Reports::new(&gpu)?;
-        Ok(CudaEngine { gpu, err })
+        let split = matmul::Split::new(&gpu)?;
+        let decode = decode::Scratch::new(&gpu)?;
+        Ok(CudaEngine { gpu, err, split, decode })
     }
 
     /// Where kernels write their report.
@@ -173,7 +179,8 @@ impl CudaEngine {
                 ];
                 elementwise(&self.gpu, f, numel(&kept), &mut params)
             }
-            Op::MatMul(_) => matmul::matmul(&self.gpu, ins[0], ins[1], out),
+            Op::MatMul(_) => matmul::matmul(self, ins[0], ins[1], out),
+            Op::DequantMatMul(q) => quant::dequant_matmul(self, op, q, ins, out),
             Op::Softmax(s) => rows::softmax(self, op, s.axis, ins[0], out),
             Op::LayerNorm(n) => rows::norm(self, op, Norm::Layer, n.axis, n.eps, ins, out),
             Op::LayerNorm2d(n) => rows::norm(self, op, Norm::Layer, 1, n.eps, ins, out),
@@ -189,7 +196,7 @@ impl CudaEngine {
             Op::SoftmaxCrossEntropyWithLogits(x) => rows::sparse_cross_entropy(self, op, x.ignore_index, ins[0], ins[1], out),
             Op::Rope(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, false, ins, out),
             Op::RopeBackward(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, true, ins, out),
-            Op::Attention(a) => attention::attention(self, op, a, ins, out),
+            Op::Attention(a) => decode::attention(self, op, a, ins, out).unwrap_or_else(|| attention::attention(self, op, a, ins, out)),
             Op::AttentionBackward(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, Some(a.wrt as usize), ins, outs),
             Op::AttentionBackwardAll(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, None, ins, outs),
             Op::KvAppend(a) => kv::append(self, op, a, ins, out),

@@ -4,6 +4,7 @@
 
 use crate::kernels::Kernels;
 use crate::lt::Lt;
+use crate::memory::Usage;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as cu, sys, CudaContext, DriverError};
 use rlx_runtime::{Result, RuntimeError};
@@ -24,6 +25,8 @@ pub struct Gpu {
     ordinal: usize,
     /// Tells this opening's memory from others' (each has its own stream).
     pub(crate) id: u64,
+    /// The device memory held through this opening.
+    pub(crate) usage: Usage,
 }
 
 /// Bytes of cuBLAS's workspace (what it asks for on Hopper).
@@ -80,7 +83,10 @@ impl Gpu {
         unsafe { blas_sys::cublasSetWorkspace_v2(blas, workspace as _, BLAS_WORKSPACE) }
             .result()
             .map_err(|e| error(format!("setting cuBLAS's workspace: {e:?}")))?;
+        let usage = Usage::default();
+        usage.add(BLAS_WORKSPACE);
         Ok(Arc::new(Gpu {
+            usage,
             lt: Lt::new()?,
             ctx,
             stream,

@@ -7,6 +7,7 @@
 
 mod attention;
 mod claims;
+mod decode;
 mod engine;
 mod gpu;
 mod kernels;
@@ -15,6 +16,7 @@ mod launch;
 mod lt;
 mod matmul;
 mod memory;
+mod quant;
 mod report;
 mod rows;
 pub mod source;
@@ -23,7 +25,7 @@ pub use claims::{CudaClaims, KINDS};
 pub use engine::CudaEngine;
 pub use gpu::Gpu;
 pub use kernels::compile;
-pub use memory::DevMem;
+pub use memory::{DevMem, Usage};
 
 use rlx_ir::Graph;
 use rlx_opt::claims::input_dtypes;
@@ -41,6 +43,11 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<CudaBackend> {
         Ok(CudaBackend { engine: Arc::new(CudaEngine::new(Gpu::open(ordinal)?)?) })
     }
+
+    /// The device memory held through this backend (weights, arenas, caches, workspaces).
+    pub fn usage(&self) -> &Usage {
+        &self.engine.gpu.usage
+    }
 }
 
 impl Backend for CudaBackend {
@@ -54,6 +61,10 @@ impl Backend for CudaBackend {
 
     fn claims(&self) -> &dyn Claims {
         &CudaClaims
+    }
+
+    fn device_memory(&self) -> Option<(usize, usize)> {
+        Some((self.usage().in_use(), self.usage().peak()))
     }
 
     /// Builds every kernel the graph launches now, so that a kernel that does not compile

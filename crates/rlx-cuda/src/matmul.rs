@@ -3,17 +3,77 @@
 //! both evenly are one strided-batched call; any other broadcast is one call per batch item.
 //! f32 and f64 accumulate in their own precision (no TF32), f16 and bf16 in f32 — through
 //! cuBLASLt and its heuristic's algorithm ([`crate::lt`]) where the batch is one strided call.
+//! f16 / bf16 products of up to [`GEMV_ROWS`] rows (decode) run the GEMV kernel of
+//! [`crate::source::matmul`] instead, split along K over enough blocks to fill the device.
 
-use crate::engine::numel;
-use crate::gpu::{Gpu, BLAS_WORKSPACE};
+use crate::engine::{numel, CudaEngine};
+use crate::gpu::{driver, Gpu, BLAS_WORKSPACE};
+use crate::launch::{self, broadcast, Param};
 use crate::lt::Problem;
-use crate::launch::broadcast;
 use crate::memory::DevMem;
+use crate::source::matmul::{self as src, TILE};
 use cudarc::cublas::{result as blas, sys};
 use cudarc::driver::result as cu;
+use cudarc::driver::sys::CUdevice_attribute;
 use rlx_ir::DType;
 use rlx_runtime::Arg;
 use std::ffi::c_void;
+
+/// The most rows of `x` the GEMV kernel takes; more go to cuBLASLt.
+pub const GEMV_ROWS: usize = 4;
+/// f32 partial sums the split-K scratch holds (`M·N` of a split product).
+const PARTIAL: usize = 1 << 20;
+/// Tile counters of the split-K scratch (`M·⌈N/256⌉` of a split product).
+const COUNTS: usize = 1 << 14;
+
+/// The GEMV kernel's split-K scratch, zero between launches (each product's last blocks
+/// zero what they used), and the device's multiprocessor count that sizes the splits.
+pub struct Split {
+    partial: DevMem,
+    count: DevMem,
+    sms: usize,
+}
+
+impl Split {
+    pub fn new(gpu: &std::sync::Arc<Gpu>) -> rlx_runtime::Result<Split> {
+        let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("reading the multiprocessor count"))?;
+        Ok(Split { partial: DevMem::zeroed(gpu, PARTIAL * 4)?, count: DevMem::zeroed(gpu, COUNTS * 4)?, sms: sms.max(1) as usize })
+    }
+}
+
+/// `out [m, n] = a [m, k] · b [k, n]` through the GEMV kernel, or `None` where it does not
+/// apply (not f16/bf16, more than [`GEMV_ROWS`] rows, a batch, `n` not a multiple of 8 or
+/// a weight not 16-byte aligned). Splits K so that about four blocks per multiprocessor run.
+fn gemv(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>, (m, n, k): (usize, usize, usize)) -> Option<Result<(), String>> {
+    let single = numel(out.dims) == m * n && numel(b.dims) == k * n;
+    let pb = b.buf.at(b.offset);
+    if !single || m > GEMV_ROWS || n % 8 != 0 || pb % 16 != 0 {
+        return None;
+    }
+    let source = src::gemv(out.dtype)?;
+    Some((|| {
+        let f = e.gpu.kernels.function(&e.gpu, &source).map_err(|err| err.to_string())?;
+        let tiles = n.div_ceil(TILE);
+        let s = &e.split;
+        let mut splits = (4 * s.sms).div_ceil(tiles * m).clamp(1, k.div_ceil(32).max(1));
+        if m * n > PARTIAL || m * tiles > COUNTS {
+            splits = 1;
+        }
+        let rows = k.div_ceil(splits).next_multiple_of(8);
+        let splits = k.div_ceil(rows).max(1);
+        let mut params = vec![
+            Param::Ptr(out.buf.at(out.offset)),
+            Param::Ptr(a.buf.at(a.offset)),
+            Param::Ptr(pb),
+            Param::I64(k as i64),
+            Param::I64(n as i64),
+            Param::I64(rows as i64),
+            Param::Ptr(s.partial.ptr),
+            Param::Ptr(s.count.ptr),
+        ];
+        launch::grid(&e.gpu, f, (crate::rows::extent(tiles)?, splits as u32, m as u32), (256, 1, 1), 0, &mut params)
+    })())
+}
 
 /// The dtypes the products take.
 pub fn supported(d: DType) -> bool {
@@ -21,7 +81,8 @@ pub fn supported(d: DType) -> bool {
 }
 
 /// `out = a · b` for `a [.., M, K]`, `b [.., K, N]`, `out [batch.., M, N]`.
-pub fn matmul(gpu: &Gpu, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Result<(), String> {
+pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Result<(), String> {
+    let gpu = &*e.gpu;
     let r = out.dims.len();
     let (m, n) = (out.dims[r - 2], out.dims[r - 1]);
     let k = a.dims[a.dims.len() - 1];
@@ -33,6 +94,9 @@ pub fn matmul(gpu: &Gpu, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, De
     if k == 0 {
         // SAFETY: the output range lies in its buffer; ordered on the stream.
         return unsafe { cu::memset_d8_async(out.buf.at(out.offset), 0, out.len, gpu.stream) }.map_err(|e| format!("zeroing an empty product: {e:?}"));
+    }
+    if let Some(ran) = gemv(e, a, b, out, (m, n, k)) {
+        return ran;
     }
     let (dtype, compute) = match out.dtype {
         DType::F32 => (sys::cudaDataType_t::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC),

@@ -1,10 +1,46 @@
 //! Device memory: stream-ordered allocations from the device's default pool, freed on the
-//! same stream, so that a freed range is reused only after the work reading it.
+//! same stream, so that a freed range is reused only after the work reading it; the bytes
+//! held and their peak counted per opened device ([`Usage`]).
 
 use crate::gpu::{driver, Gpu};
 use cudarc::driver::{result as cu, sys};
 use rlx_runtime::{Result, RuntimeError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Bytes of device memory rlx holds on one opened device (every [`DevMem`] and cuBLAS's
+/// workspace), and the most it has held at once since the peak was last reset.
+#[derive(Default)]
+pub struct Usage {
+    in_use: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Usage {
+    pub(crate) fn add(&self, bytes: usize) {
+        let now = self.in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: usize) {
+        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes held now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes held at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts the peak again from what is held now.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.in_use(), Ordering::Relaxed);
+    }
+}
 
 /// `len` bytes of device memory (no allocation when `len` is 0).
 pub struct DevMem {
@@ -32,9 +68,11 @@ impl DevMem {
             }
             Err(e) => return Err(driver("allocating device memory")(e)),
         };
+        gpu.usage.add(bytes);
+        let mem = DevMem { ptr, len: bytes, gpu: gpu.clone() };
         // SAFETY: `ptr` holds `bytes` bytes, allocated on this stream.
         unsafe { cu::memset_d8_async(ptr, 0, bytes, gpu.stream) }.map_err(driver("zeroing device memory"))?;
-        Ok(DevMem { ptr, len: bytes, gpu: gpu.clone() })
+        Ok(mem)
     }
 
     /// The device address `offset` bytes in.
@@ -45,6 +83,9 @@ impl DevMem {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.len > 0 {
+            self.gpu.usage.sub(self.len);
+        }
         if self.len > 0 && self.gpu.bind().is_ok() {
             // SAFETY: allocated on this stream and dropped once; later work on the stream may
             // reuse the range only after every launch submitted before this point.

@@ -5,7 +5,7 @@
 //! ([`hf`]) feed the same builder, with Qwen2/Qwen3/Gemma3's differences as [`Variant`] fields.
 //!
 //! One graph serves prefill and decode: it reads `tokens [S]` at positions `pos..pos+S`, writes
-//! their keys and values into per-layer f32 caches of the KV heads held as graph state
+//! their keys and values into per-layer caches of the KV heads (`[capacity, H_kv·D]`) held as graph state
 //! (`KvAppend` on a parameter, updated in place by the backend), and attends over the cache
 //! under an additive mask, each KV head read in place by its group of query heads. Sliding
 //! layers' caches are rings of `window + RING_CHUNK − 1` slots when that is less than the
@@ -13,6 +13,11 @@
 //! masks computed from the position in the graph, so a step's inputs are its token ids, its
 //! position and the rows whose logits it returns. Products round as llama.cpp's CPU backend
 //! does (8-bit activation blocks against the 32-value weight types).
+//!
+//! Dense weights (F32 files, random weights) are held in the graph's dtype, F32 or BF16
+//! ([`Llama::build_as`]): with BF16 the activations, products and KV caches are BF16 too
+//! (kernels accumulate and take norm / softmax statistics in f32) and the logits come out
+//! F32. A tied head and the embedding share one `[d, vocab]` matrix.
 
 mod config;
 mod generate;
@@ -25,6 +30,8 @@ pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
 pub use hf::HfModel;
 pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
 pub use weights::{MappedBlocks, Stored, Weights};
+
+use weights::{random_blocks, random_dense};
 
 use crate::bpe::BpeTokenizer;
 use crate::error::{ModelError, Result};
@@ -68,6 +75,8 @@ pub struct Llama {
     pub ring: Option<usize>,
     /// The most tokens a step takes when the sliding layers have rings.
     pub chunk: usize,
+    /// The dtype of the activations, dense weights and KV caches.
+    pub dtype: DType,
 }
 
 /// A graph parameter's value.
@@ -136,6 +145,8 @@ struct Builder<'w> {
     params: Vec<(String, ParamValue)>,
     /// RMSNorm gains are stored as offsets from 1.
     norm_plus_one: bool,
+    /// The activations', dense weights' and caches' dtype.
+    dtype: DType,
 }
 
 impl Builder<'_> {
@@ -146,37 +157,95 @@ impl Builder<'_> {
         v
     }
 
-    /// The `[rows, row_bytes]` U8 parameter of the blocks of weight `name`, declared once
-    /// however many nodes read it (a tied embedding is gathered from and multiplied by).
-    fn blocks(&mut self, name: &str, ty: GgufType, shape: &[usize]) -> Result<ValueId> {
-        if let Some((_, v)) = self.g.params().into_iter().find(|(n, _)| *n == name) {
-            return Ok(v);
-        }
-        let m = self.w.blocks(name, ty, shape)?;
-        let v = self.g.param(name, TensorType::of(DType::U8, &m.dims));
-        self.params.push((name.to_string(), ParamValue::Mapped(m)));
-        Ok(v)
+    /// The parameter `name` when it is declared already.
+    fn declared(&self, name: &str) -> Option<ValueId> {
+        self.g.params().into_iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 
-    /// An F32 vector weight (norm gains, biases).
+    /// The `[rows, row_bytes]` U8 parameter of the blocks of weight `name`, declared once
+    /// however many nodes read it (a tied embedding is gathered from and multiplied by).
+    fn blocks(&mut self, name: &str, ty: GgufType) -> Result<ValueId> {
+        if let Some(v) = self.declared(name) {
+            return Ok(v);
+        }
+        match self.w.get(name)? {
+            Stored::Random { shape, seed, scale, .. } => {
+                let t = random_blocks(shape, *seed, *scale, ty)?;
+                Ok(self.param(name, t))
+            }
+            Stored::Blocks { shape, .. } => {
+                let m = self.w.blocks(name, ty, &shape.clone())?;
+                let v = self.g.param(name, TensorType::of(DType::U8, &m.dims));
+                self.params.push((name.to_string(), ParamValue::Mapped(m)));
+                Ok(v)
+            }
+            Stored::F32(_) => Err(ModelError::Unsupported(format!("tensor `{name}` is F32, not {ty:?} blocks"))),
+        }
+    }
+
+    /// The dense `[n, k]` weight `name` as the `[k, n]` parameter a `MatMul` takes, in the
+    /// graph's dtype, declared once (a tied embedding is gathered from and multiplied by).
+    fn dense(&mut self, name: &str) -> Result<ValueId> {
+        if let Some(v) = self.declared(name) {
+            return Ok(v);
+        }
+        let kn = match self.w.get(name)? {
+            Stored::F32(t) => {
+                let kn = weights::transposed(t).map_err(|e| ModelError::Unsupported(format!("tensor `{name}`: {e}")))?;
+                self.held(kn)?
+            }
+            Stored::Random { shape, seed, scale, .. } => random_dense(shape, *seed, *scale, true, self.dtype)?,
+            Stored::Blocks { ty, .. } => return Err(ModelError::Unsupported(format!("tensor `{name}` is {ty:?} blocks, not dense"))),
+        };
+        Ok(self.param(name, kn))
+    }
+
+    /// An F32 tensor as the graph's dtype holds it.
+    fn held(&self, t: Tensor) -> Result<Tensor> {
+        match self.dtype {
+            DType::F32 => Ok(t),
+            DType::BF16 => {
+                let v: Vec<half::bf16> = t.as_slice::<f32>()?.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                Ok(Tensor::from_vec(v, t.shape())?)
+            }
+            d => Err(ModelError::Unsupported(format!("a Llama graph in {d}: F32 and BF16 are built"))),
+        }
+    }
+
+    /// A vector weight (norm gains, biases) in the graph's dtype.
     fn vector(&mut self, name: &str) -> Result<ValueId> {
-        let t = self.w.f32(name)?;
+        let t = self.held(self.w.f32(name)?)?;
         Ok(self.param(name, t))
     }
 
-    /// `x [.., k] · Wᵀ` for the `[n, k]` weight `name`: `DequantMatMul` on GGUF blocks, or a
-    /// `MatMul` with the F32 weight stored transposed.
+    /// A constant of `values` in the graph's dtype.
+    fn constant(&mut self, dims: &[usize], values: &[f32]) -> Result<ValueId> {
+        let t = self.held(Tensor::from_slice(values, dims)?)?;
+        Ok(self.g.constant(t.ty(), t.bytes().to_vec())?)
+    }
+
+    /// `x` cast to `to` (itself when it has that dtype).
+    fn cast(&mut self, x: ValueId, to: DType) -> Result<ValueId> {
+        match self.g.ty(x).dtype == to {
+            true => Ok(x),
+            false => Ok(self.g.cast(x, to)?),
+        }
+    }
+
+    /// `x [.., k] · Wᵀ` for the `[n, k]` weight `name`: `DequantMatMul` on GGUF blocks (F32
+    /// activations), or a `MatMul` with the dense weight stored transposed.
     fn linear(&mut self, name: &str, x: ValueId) -> Result<ValueId> {
         match self.w.get(name)? {
-            Stored::Blocks { ty, shape } => {
-                let (ty, shape) = (*ty, shape.clone());
-                let w = self.blocks(name, ty, &shape)?;
+            Stored::Blocks { ty, .. } | Stored::Random { blocks: Some(ty), .. } => {
+                let ty = *ty;
+                let w = self.blocks(name, ty)?;
                 let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: llama_cpp_activations(ty) };
-                Ok(self.g.dequant_matmul(attrs, x, &[w])?)
+                let x = self.cast(x, DType::F32)?;
+                let y = self.g.dequant_matmul(attrs, x, &[w])?;
+                self.cast(y, self.dtype)
             }
-            Stored::F32(t) => {
-                let kn = weights::transposed(t).map_err(|e| ModelError::Unsupported(format!("tensor `{name}`: {e}")))?;
-                let w = self.param(name, kn);
+            Stored::F32(_) | Stored::Random { blocks: None, .. } => {
+                let w = self.dense(name)?;
                 Ok(self.g.matmul(x, w)?)
             }
         }
@@ -186,12 +255,13 @@ impl Builder<'_> {
         let gamma = if self.norm_plus_one {
             let mut t = self.w.f32(name)?;
             t.as_mut_slice::<f32>()?.iter_mut().for_each(|v| *v += 1.0);
+            let t = self.held(t)?;
             self.param(name, t)
         } else {
             self.vector(name)?
         };
         let d = self.g.ty(gamma).shape.numel().unwrap_or(0);
-        let beta = self.g.constant_f32(&[d], &vec![0.0; d])?;
+        let beta = self.constant(&[d], &vec![0.0; d])?;
         Ok(self.g.rms_norm(x, gamma, beta, -1, eps)?)
     }
 }
@@ -203,13 +273,23 @@ impl Llama {
         Llama::build_chunked(config, weights, capacity, RING_CHUNK)
     }
 
+    /// [`Llama::build`] with the activations, dense weights and KV caches in `dtype` (F32 or
+    /// BF16); GGUF blocks stay blocks, multiplied with F32 activations.
+    pub fn build_as(config: &LlamaConfig, weights: &Weights, capacity: usize, dtype: DType) -> Result<Llama> {
+        Llama::build_in(config, weights, capacity, RING_CHUNK, dtype)
+    }
+
     /// [`Llama::build`] with sliding layers' rings sized for steps of up to `chunk` tokens.
     pub fn build_chunked(config: &LlamaConfig, weights: &Weights, capacity: usize, chunk: usize) -> Result<Llama> {
+        Llama::build_in(config, weights, capacity, chunk, DType::F32)
+    }
+
+    fn build_in(config: &LlamaConfig, weights: &Weights, capacity: usize, chunk: usize, dtype: DType) -> Result<Llama> {
         let c = config;
         let chunk = chunk.max(1);
         let ring = c.variant.sliding.as_ref().map(|w| w.window + chunk - 1).filter(|&r| r < capacity);
         let var = &c.variant;
-        let mut b = Builder { g: Graph::new(), w: weights, params: Vec::new(), norm_plus_one: var.norm_plus_one };
+        let mut b = Builder { g: Graph::new(), w: weights, params: Vec::new(), norm_plus_one: var.norm_plus_one, dtype };
         let s = Dim::sym("S");
         let tokens = b.g.input(TOKENS, TensorType::new(DType::I64, Shape(vec![s.clone()])));
         let pos = b.g.input(POS, TensorType::new(DType::I64, Shape(vec![Dim::Static(1)])));
@@ -268,13 +348,9 @@ impl Llama {
             };
             let q = b.g.rope(rope.clone(), q, cos, sin)?;
             let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let k = b.cache(&p("k_cache"), k, slot, (hkv, hd), slots)?;
-            let v = b.cache(&p("v_cache"), v, slot, (hkv, hd), slots)?;
-            let q = b.g.reshape(q, &[1, -1, h as i64, hd as i64])?;
-            let q = b.g.transpose(q, &[0, 2, 1, 3])?;
+            let k = b.cache(&p("k_cache"), k, slot, hkv * hd, slots)?;
+            let v = b.cache(&p("v_cache"), v, slot, hkv * hd, slots)?;
             let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
-            let o = b.g.transpose(o, &[0, 2, 1, 3])?;
-            let o = b.g.reshape(o, &[-1, (h * hd) as i64])?;
             let o = b.linear(&p("attn_output.weight"), o)?;
             let o = b.bias(var.o_bias, &p("attn_output.bias"), o)?;
             let o = if var.post_norms { b.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };
@@ -299,8 +375,9 @@ impl Llama {
             Some(cap) => b.softcap(logits, cap)?,
             None => logits,
         };
+        let logits = b.cast(logits, DType::F32)?;
         b.g.set_outputs(vec![logits])?;
-        Ok(Llama { config: c.clone(), graph: b.g, logits, params: b.params, capacity, ring, chunk })
+        Ok(Llama { config: c.clone(), graph: b.g, logits, params: b.params, capacity, ring, chunk, dtype })
     }
 
     /// Compiles the graph on `session` and sets every parameter.
@@ -322,7 +399,7 @@ impl Llama {
                 true => self.ring.unwrap_or(self.capacity),
                 false => self.capacity,
             })
-            .map(|slots| 2 * c.kv_heads * slots * c.head_dim * DType::F32.size())
+            .map(|slots| 2 * c.kv_heads * slots * c.head_dim * self.dtype.size())
             .sum()
     }
 
@@ -464,15 +541,17 @@ impl Builder<'_> {
         self.additive(visible)
     }
 
-    /// `[S, d]` F32 rows of the `[vocab, d]` embedding `name` for `tokens`: ggml blocks stay
-    /// quantized, the step's rows gathered as blocks and decoded by a product with the
-    /// `[d, d]` identity (exact: each output is one weight times 1), transposed. The identity
-    /// is computed from `0..d` in the graph (once per plan), not held as a literal.
+    /// `[S, d]` rows of the `[vocab, d]` embedding `name` for `tokens`, in the graph's dtype:
+    /// ggml blocks stay quantized, the step's rows gathered as blocks and decoded by a product
+    /// with the `[d, d]` identity (exact: each output is one weight times 1), transposed. The
+    /// identity is computed from `0..d` in the graph (once per plan), not held as a literal.
+    /// A dense embedding that is also the head is the head's `[d, vocab]` matrix, whose
+    /// columns are gathered.
     fn embedding(&mut self, name: &str, tokens: ValueId) -> Result<ValueId> {
         match self.w.get(name)? {
-            Stored::Blocks { ty, shape } => {
+            Stored::Blocks { ty, shape } | Stored::Random { blocks: Some(ty), shape, .. } => {
                 let (ty, shape) = (*ty, shape.clone());
-                let table = self.blocks(name, ty, &shape)?;
+                let table = self.blocks(name, ty)?;
                 let rows = self.g.gather(table, tokens, 0)?;
                 let d = shape[1];
                 let iota: Vec<i64> = (0..d as i64).collect();
@@ -483,10 +562,21 @@ impl Builder<'_> {
                 let identity = self.g.select(diagonal, one, zero)?;
                 let attrs = DequantMatMul { scheme: QuantScheme::Gguf(ty), out_dim: None, activations: Activations::Exact };
                 let columns = self.g.dequant_matmul(attrs, identity, &[rows])?;
+                let x = self.g.transpose(columns, &[1, 0])?;
+                self.cast(x, self.dtype)
+            }
+            Stored::F32(_) | Stored::Random { blocks: None, .. } if !self.w.has("output.weight") => {
+                let table = self.dense(name)?;
+                let columns = self.g.gather(table, tokens, 1)?;
                 Ok(self.g.transpose(columns, &[1, 0])?)
             }
             Stored::F32(t) => {
-                let table = t.clone();
+                let table = self.held(t.clone())?;
+                let table = self.param("token_embd.table", table);
+                Ok(self.g.gather(table, tokens, 0)?)
+            }
+            Stored::Random { shape, seed, scale, .. } => {
+                let table = random_dense(shape, *seed, *scale, false, self.dtype)?;
                 let table = self.param("token_embd.table", table);
                 Ok(self.g.gather(table, tokens, 0)?)
             }
@@ -494,13 +584,12 @@ impl Builder<'_> {
     }
 
     /// Writes this step's keys or values `x [S, H_kv·D]` into the cache `name`
-    /// (`[1, H_kv, capacity, D]`) at `pos`, and returns the whole cache for attention, which
-    /// reads each KV head for its group of query heads.
-    fn cache(&mut self, name: &str, x: ValueId, pos: ValueId, (hkv, hd): (usize, usize), capacity: usize) -> Result<ValueId> {
-        let x = self.g.reshape(x, &[1, -1, hkv as i64, hd as i64])?;
-        let x = self.g.transpose(x, &[0, 2, 1, 3])?;
-        let cache = self.param(name, Tensor::zeros(DType::F32, &[1, hkv, capacity, hd]));
-        Ok(self.g.kv_append_at(cache, x, pos, 2)?)
+    /// (`[capacity, H_kv·D]`, a row per position, as the projection gives them) at `pos`, and
+    /// returns the whole cache for attention, which reads each KV head for its group of query
+    /// heads in place.
+    fn cache(&mut self, name: &str, x: ValueId, pos: ValueId, width: usize, capacity: usize) -> Result<ValueId> {
+        let cache = self.param(name, Tensor::zeros(self.dtype, &[capacity, width]));
+        Ok(self.g.kv_append_at(cache, x, pos, 0)?)
     }
 
     /// `x + bias` with the vector `name` when `present`, else `x`.
@@ -521,7 +610,7 @@ impl Builder<'_> {
 
     /// `x · s` for a constant `s`.
     fn scale(&mut self, x: ValueId, s: f32) -> Result<ValueId> {
-        let s = self.g.constant_f32(&[1], &[s])?;
+        let s = self.constant(&[1], &[s])?;
         Ok(self.g.binary(BinaryOp::Mul, x, s)?)
     }
 
@@ -549,7 +638,7 @@ mod tests {
     /// The masks of a step at `pos` of `s` tokens, computed by the graph.
     fn graph_masks(window: usize, slots: usize, capacity: usize, pos: usize, s: usize) -> (Vec<f32>, Vec<f32>) {
         let w = Weights::new("none");
-        let mut b = Builder { g: Graph::new(), w: &w, params: Vec::new(), norm_plus_one: false };
+        let mut b = Builder { g: Graph::new(), w: &w, params: Vec::new(), norm_plus_one: false, dtype: DType::F32 };
         let tokens = b.g.input(TOKENS, TensorType::new(DType::I64, Shape(vec![Dim::sym("S")])));
         let at = b.g.input(POS, TensorType::of(DType::I64, &[1]));
         let positions = b.positions(tokens, at).unwrap();
@@ -581,6 +670,31 @@ mod tests {
             }
         }
         (causal, sliding)
+    }
+
+    /// The largest difference over the largest magnitude of `want`.
+    fn normwise(got: &[f32], want: &[f32]) -> f32 {
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale
+    }
+
+    #[test]
+    fn a_bf16_graph_follows_the_f32_graph_on_random_weights() {
+        let config = LlamaConfig { vocab: 97, d_model: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, d_ff: 128, rope_dim: 16, ..LlamaConfig::llama_3_2_1b() };
+        let w = Weights::random(&config, 7, None);
+        let session = Session::new(std::sync::Arc::new(CpuBackend::new()));
+        let mut want = Generator::new(Llama::build(&config, &w, 16).unwrap(), &session).unwrap();
+        let mut got = Generator::new(Llama::build_as(&config, &w, 16, DType::BF16).unwrap(), &session).unwrap();
+        let bf16_params = got.model.graph.params().iter().filter(|(_, v)| got.model.graph.ty(*v).dtype == DType::BF16).count();
+        assert_eq!(bf16_params, got.model.graph.params().len(), "every weight and cache is BF16");
+        let (mut w, mut g) = (want.feed(&[3, 50, 7]).unwrap(), got.feed(&[3, 50, 7]).unwrap());
+        for step in 0..4 {
+            assert!(normwise(&g, &w) < 3e-2, "step {step}: logits differ by {}", normwise(&g, &w));
+            let next = generate::argmax(&w);
+            w = want.feed(&[next]).unwrap();
+            g = got.feed(&[next]).unwrap();
+        }
+        assert!(w.iter().any(|v| v.abs() > 0.1), "the logits are not all near zero");
     }
 
     #[test]

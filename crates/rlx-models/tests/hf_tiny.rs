@@ -107,7 +107,7 @@ fn sliding_layers_decode_through_ring_caches_as_transformers() {
     let hf = HfModel::open(&folder("gemma3_text"), |_, _| {}).unwrap();
     let model = Llama::build_chunked(&hf.config, &hf.weights, 32, 3).unwrap();
     assert_eq!(model.ring, Some(6));
-    let slots: Vec<usize> = model.params.iter().filter(|(n, _)| n.ends_with("k_cache")).map(|(_, t)| t.dims()[2]).collect();
+    let slots: Vec<usize> = model.params.iter().filter(|(n, _)| n.ends_with("k_cache")).map(|(_, t)| t.dims()[0]).collect();
     assert_eq!(slots, vec![6, 32, 6]);
     assert!(model.step_inputs(&[1, 2, 3, 4], 0, 1).unwrap_err().to_string().contains("at most 3 in this step"));
     let want = ids(&fx["greedy"]);

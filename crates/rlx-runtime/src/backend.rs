@@ -64,6 +64,12 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// `(in use, peak)` bytes of device memory the backend holds, where it counts them (a GPU;
+    /// not the host's memory).
+    fn device_memory(&self) -> Option<(usize, usize)> {
+        None
+    }
+
     /// Builds an executable for a legalized, verified graph.
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>>;
 }

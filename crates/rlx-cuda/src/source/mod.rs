@@ -6,12 +6,16 @@
 //! embeddings in [`attention`].
 
 pub mod attention;
+pub mod decode;
 pub mod flash;
+pub mod matmul;
+pub mod quant;
 pub mod rows;
 
 use attention::Masking;
 use rlx_ir::ops::attention::MaskKind;
 use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::quant::QuantScheme;
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Op};
 use rows::{Norm, Scan};
@@ -333,7 +337,11 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
         Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
-        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(Vec::new),
+        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
+        Op::DequantMatMul(q) => match (&q.scheme, d(0)?, d(1)?) {
+            (QuantScheme::Gguf(t), DType::F32, DType::U8) => quant::dequant_matmul(*t, q.activations).map(|s| vec![s]),
+            _ => None,
+        },
         Op::Softmax(_) => rows::softmax(d(0)?).map(|s| vec![s]),
         Op::LayerNorm(_) | Op::LayerNorm2d(_) => rows::norm(Norm::Layer, d(0)?).map(|s| vec![s]),
         Op::RmsNorm(_) => rows::norm(Norm::Rms, d(0)?).map(|s| vec![s]),
@@ -352,6 +360,11 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
             if !a.mask_kind.takes_input() && a.v_head_dim.is_none_or(|v| v == a.head_dim) {
                 sources.extend(flash::forward(d(0)?, a.head_dim, false));
             }
+            sources.extend(match a.mask_kind {
+                MaskKind::None => decode::attention(d(0)?, None),
+                MaskKind::Bias => decode::attention(d(0)?, Some(d(3)?)),
+                _ => None,
+            });
             Some(sources)
         }
         Op::AttentionBackward(a) => flash::backward(d(0)?, a.head_dim, a.mask_kind),

@@ -31,6 +31,49 @@ pub struct LlamaConfig {
 }
 
 impl LlamaConfig {
+    /// Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads over 8 KV heads of 64, FFN
+    /// 8192, vocabulary 128256, tied embeddings, rope base 500000, HF's half-split rotation),
+    /// without its llama3 rope rescaling: for random-weight benchmarks.
+    pub fn llama_3_2_1b() -> LlamaConfig {
+        LlamaConfig {
+            arch: "llama".into(),
+            vocab: 128_256,
+            d_model: 2048,
+            layers: 16,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 64,
+            d_ff: 8192,
+            context: 131_072,
+            rope_base: 500_000.0,
+            rope_dim: 64,
+            rope_style: RopeStyle::NeoX,
+            eps: 1e-5,
+            variant: Variant::default(),
+        }
+    }
+
+    /// SmolLM2-135M's shape as its GGUF file gives it (hidden 576, 30 layers, 9 heads over 3
+    /// KV heads of 64, FFN 1536, vocabulary 49152, tied embeddings, llama.cpp's rope).
+    pub fn smollm2_135m() -> LlamaConfig {
+        LlamaConfig {
+            arch: "llama".into(),
+            vocab: 49_152,
+            d_model: 576,
+            layers: 30,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            d_ff: 1536,
+            context: 8192,
+            rope_base: 100_000.0,
+            rope_dim: 64,
+            rope_style: gguf_rope_style("llama"),
+            eps: 1e-5,
+            variant: Variant { llama_cpp_numerics: true, ..Variant::default() },
+        }
+    }
+
     /// Reads the `<arch>.*` keys llama.cpp reads for its LLAMA architecture.
     pub fn from_gguf(gguf: &GgufFile) -> Result<LlamaConfig> {
         let arch = gguf

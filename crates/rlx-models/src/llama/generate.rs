@@ -62,6 +62,11 @@ impl Generator {
         Ok(self.compiled.arena_bytes(&named)?.unwrap_or(0))
     }
 
+    /// The compiled graph (its partition, profile, device values for `submit`).
+    pub fn compiled(&mut self) -> &mut CompiledGraph {
+        &mut self.compiled
+    }
+
     /// Forgets the cached sequence (the mask hides old slots, so nothing is cleared).
     pub fn reset(&mut self) {
         self.pos = 0;

@@ -1,0 +1,81 @@
+//! The few-row product of f16 / bf16 activations with a row-major `[K, N]` weight (decode's
+//! GEMV), which cuBLAS serves poorly at one row: see [`gemv`].
+
+use super::{ctype, Source, PRELUDE};
+use rlx_ir::DType;
+
+/// Columns per block: 32 lanes of 8 columns each (one 16-byte load per lane and weight row).
+pub const TILE: usize = 256;
+/// Warps per block, each summing every eighth weight row of the block's rows.
+pub const WARPS: usize = 8;
+
+/// `out [M, N] = x [M, K] · w [K, N]` in f16 or bf16 with f32 sums, for `N` a multiple of 8
+/// and `w` 16-byte aligned. Grid `(⌈N/256⌉, splits, M)`, 256 threads: block `(t, s, m)`
+/// sums weight rows `s·rows .. (s + 1)·rows` of columns `256·t ..` for row `m` of `x`, warp
+/// `j` taking rows `j, j + 8, …` with four loads in flight. With one split the block writes
+/// the output; with more each block adds its f32 sums into `partial [M, N]` and counts
+/// itself in `count [M, ⌈N/256⌉]`, and the tile's last block converts the total, then
+/// leaves both zeroed for the next launch.
+pub fn gemv(d: DType) -> Option<Source> {
+    if !matches!(d, DType::F16 | DType::BF16) {
+        return None;
+    }
+    let c = ctype(d)?;
+    let (load, store) = c.convert?;
+    let unpack = match d {
+        DType::BF16 => "__uint_as_float(h << 16)",
+        _ => "f16_load((u16)h)",
+    };
+    let code = format!(
+        r#"{PRELUDE}__device__ __forceinline__ float lo(u32 v) {{ u32 h = v & 0xffffu; return {unpack}; }}
+__device__ __forceinline__ float hi(u32 v) {{ u32 h = v >> 16; return {unpack}; }}
+__device__ __forceinline__ void fma8(float* acc, uint4 w, float x) {{
+    acc[0] += x * lo(w.x); acc[1] += x * hi(w.x); acc[2] += x * lo(w.y); acc[3] += x * hi(w.y);
+    acc[4] += x * lo(w.z); acc[5] += x * hi(w.z); acc[6] += x * lo(w.w); acc[7] += x * hi(w.w);
+}}
+extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const u16* __restrict__ x, const u16* __restrict__ w, i64 K, i64 N, i64 rows, float* partial, unsigned* count) {{
+    __shared__ float red[{WARPS}][{TILE}];
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 m = blockIdx.z, col = ((i64)blockIdx.x * 32 + lane) * 8;
+    const i64 k0 = (i64)blockIdx.y * rows, k1 = min(K, k0 + rows);
+    const u16* xr = x + m * K;
+    float acc[8] = {{0, 0, 0, 0, 0, 0, 0, 0}};
+    if (col < N) {{
+        i64 r = k0 + warp;
+        for (; r + 24 < k1; r += 32) {{
+            uint4 a = __ldg((const uint4*)(w + r * N + col));
+            uint4 b = __ldg((const uint4*)(w + (r + 8) * N + col));
+            uint4 c = __ldg((const uint4*)(w + (r + 16) * N + col));
+            uint4 e = __ldg((const uint4*)(w + (r + 24) * N + col));
+            fma8(acc, a, {load}(xr[r])); fma8(acc, b, {load}(xr[r + 8]));
+            fma8(acc, c, {load}(xr[r + 16])); fma8(acc, e, {load}(xr[r + 24]));
+        }}
+        for (; r < k1; r += 8) fma8(acc, __ldg((const uint4*)(w + r * N + col)), {load}(xr[r]));
+    }}
+    for (int j = 0; j < 8; ++j) red[warp][lane * 8 + j] = acc[j];
+    __syncthreads();
+    float s = 0;
+    for (int j = 0; j < {WARPS}; ++j) s += red[j][threadIdx.x];
+    const i64 c = (i64)blockIdx.x * {TILE} + threadIdx.x;
+    if (gridDim.y == 1) {{
+        if (c < N) out[m * N + c] = {store}(s);
+        return;
+    }}
+    if (c < N) atomicAdd(partial + m * N + c, s);
+    __threadfence();
+    __syncthreads();
+    unsigned* ticket = count + m * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    if (c < N) {{
+        out[m * N + c] = {store}(__ldcg(partial + m * N + c));
+        partial[m * N + c] = 0;
+    }}
+    if (threadIdx.x == 0) *ticket = 0;
+}}
+"#
+    );
+    Some(Source { name: "gemv", code })
+}
