@@ -8,7 +8,7 @@ use crate::gpu::{driver, error, Gpu};
 use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
 use crate::source::rows::{Norm, Scan};
-use crate::{attention, kv, matmul, rows, source};
+use crate::{attention, fuse, kv, matmul, rows, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result};
@@ -220,6 +220,7 @@ impl CudaEngine {
             Op::RopeBackward(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, true, ins, out),
             Op::Attention(a) => attention::attention(self, op, a, ins, out),
             Op::KvAppend(a) => kv::append(self, op, a, ins, out),
+            Op::ElementwiseRegion(r) => fuse::region(self, op, r, ins, out),
             _ => Err(format!("{} has no CUDA kernel", op.kind())),
         }
     }

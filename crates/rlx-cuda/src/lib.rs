@@ -8,6 +8,7 @@
 mod attention;
 mod claims;
 mod engine;
+mod fuse;
 mod gpu;
 mod kernels;
 mod kv;
@@ -22,7 +23,7 @@ pub use claims::{CudaClaims, KINDS};
 pub use engine::CudaEngine;
 pub use gpu::Gpu;
 pub use kernels::compile;
-pub use memory::DevMem;
+pub use memory::{peak_bytes, reset_peak, DevMem};
 
 use rlx_ir::Graph;
 use rlx_opt::claims::input_dtypes;

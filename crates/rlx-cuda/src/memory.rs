@@ -4,7 +4,24 @@
 use crate::gpu::{driver, Gpu};
 use cudarc::driver::{result as cu, sys};
 use rlx_runtime::{Result, RuntimeError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Bytes of device memory held by live [`DevMem`]s of this process, and the most held at once
+/// since the last [`reset_peak`] (all devices together).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The most device memory this process's buffers held at once since the last [`reset_peak`]
+/// (arenas, parameters, outputs; not cuBLAS's workspaces).
+pub fn peak_bytes() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts the peak over from what is held now.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}
 
 /// `len` bytes of device memory (no allocation when `len` is 0).
 pub struct DevMem {
@@ -34,6 +51,8 @@ impl DevMem {
         };
         // SAFETY: `ptr` holds `bytes` bytes, allocated on this stream.
         unsafe { cu::memset_d8_async(ptr, 0, bytes, gpu.stream) }.map_err(driver("zeroing device memory"))?;
+        let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        PEAK.fetch_max(live, Ordering::Relaxed);
         Ok(DevMem { ptr, len: bytes, gpu: gpu.clone() })
     }
 
@@ -45,6 +64,9 @@ impl DevMem {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.len > 0 {
+            LIVE.fetch_sub(self.len, Ordering::Relaxed);
+        }
         if self.len > 0 && self.gpu.bind().is_ok() {
             // SAFETY: allocated on this stream and dropped once; later work on the stream may
             // reuse the range only after every launch submitted before this point.

@@ -4,7 +4,7 @@ use crate::optim::{clip_global_norm, StepInputs};
 use crate::{Optimizer, Precision, Result, Schedule, TrainError};
 use rlx_autodiff::{GradOptions, Remat};
 use rlx_ir::{Graph, TensorType, ValueId};
-use rlx_runtime::{CompiledGraph, Session, Tensor};
+use rlx_runtime::{CompiledGraph, Profile, Session, Tensor};
 
 /// How to train: the optimizer, the learning-rate schedule, optional clipping,
 /// rematerialisation and mixed precision.
@@ -185,6 +185,17 @@ impl Trainer {
     pub fn arena_bytes(&mut self, batch: &[(&str, &Tensor)]) -> Result<Option<usize>> {
         let (lr, t) = self.scalars();
         Ok(self.compiled.arena_bytes(&with_scalars(batch, &lr, &t))?)
+    }
+
+    /// Turns per-node timing of the following steps on (from zero) or off; `false` where the
+    /// backend cannot time its nodes.
+    pub fn set_profiling(&mut self, on: bool) -> bool {
+        self.compiled.set_profiling(on)
+    }
+
+    /// Where the steps since profiling was turned on spent their time.
+    pub fn profile(&self) -> Profile {
+        self.compiled.profile()
     }
 
     /// The learning rate and step number the next step reads.

@@ -6,6 +6,7 @@
 //! embeddings in [`attention`].
 
 pub mod attention;
+pub mod fused;
 pub mod rows;
 
 use attention::Masking;
@@ -157,6 +158,11 @@ pub fn relu_backward(d: DType) -> Option<Source> {
 /// `a op b` by OPS.md's rules: integer division and remainder truncate, by zero give 0, and
 /// `MIN / −1` wraps; float max/min propagate NaN; bitwise ops on integers only.
 pub fn binary(op: BinaryOp, d: DType) -> Option<Source> {
+    map("binary", d, &[d, d], "", &binary_expr(op, d)?)
+}
+
+/// [`binary`]'s value of `a op b` (operands `a`, `b` in `d`'s compute type).
+fn binary_expr(op: BinaryOp, d: DType) -> Option<String> {
     let c = ctype(d)?;
     let unsigned = c.range.is_some_and(|r| r.0.starts_with('0'));
     let expr = match (op, c.float) {
@@ -182,17 +188,25 @@ pub fn binary(op: BinaryOp, d: DType) -> Option<Source> {
         (BinaryOp::BitXor, false) => "a ^ b".into(),
         _ => return None,
     };
-    map("binary", d, &[d, d], "", &expr)
+    Some(expr)
 }
 
 /// `a op b` into Bool, IEEE (only `Ne` holds with a NaN).
 pub fn compare(op: CmpOp, d: DType) -> Option<Source> {
-    map("compare", DType::Bool, &[d, d], "", &format!("(a {} b) ? 1 : 0", emit::cmp_symbol(op)))
+    map("compare", DType::Bool, &[d, d], "", &compare_expr(op))
 }
+
+/// [`compare`]'s value: 1 where `a op b` holds.
+fn compare_expr(op: CmpOp) -> String {
+    format!("(a {} b) ? 1 : 0", emit::cmp_symbol(op))
+}
+
+/// [`select`]'s value.
+const SELECT: &str = "a != 0 ? b : c";
 
 /// `cond ≠ 0 ? t : f` (inputs `cond`, `t`, `f`).
 pub fn select(cond: DType, d: DType) -> Option<Source> {
-    map("where", d, &[cond, d, d], "", "a != 0 ? b : c")
+    map("where", d, &[cond, d, d], "", SELECT)
 }
 
 /// `a·b + c` with one rounding.
@@ -208,6 +222,15 @@ pub fn fma(d: DType) -> Option<Source> {
 /// `Cast` with Rust `as` semantics: floats to integers truncate and saturate (NaN → 0),
 /// integers wrap, anything to Bool is `≠ 0`, floats round to nearest-even.
 pub fn cast(from: DType, to: DType) -> Option<Source> {
+    map("cast", to, &[from], "", &cast_expr(from, to)?)
+}
+
+/// [`cast`]'s value of `a` (in `from`'s compute type) in `to`'s compute type; `None` for
+/// f64 to f16/bf16, which would round twice.
+fn cast_expr(from: DType, to: DType) -> Option<String> {
+    if from == DType::F64 && matches!(to, DType::F16 | DType::BF16) {
+        return None;
+    }
     let (f, t) = (ctype(from)?, ctype(to)?);
     let expr = match (f.float, t.range) {
         _ if to == DType::Bool => "a != 0 ? 1 : 0".to_string(),
@@ -216,7 +239,7 @@ pub fn cast(from: DType, to: DType) -> Option<Source> {
         }
         _ => format!("({})a", t.compute),
     };
-    map("cast", to, &[from], "", &expr)
+    Some(expr)
 }
 
 /// Element moves by size (1, 2, 4 or 8 bytes): `out[out_base + walk(1)] = in[in_base +
@@ -326,7 +349,6 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Compare(c) => compare(c.op, d(0)?).map(|s| vec![s]),
         Op::Where(_) => select(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Fma(_) => fma(d(0)?).map(|s| vec![s]),
-        Op::Cast(c) if d(0)? == DType::F64 && matches!(c.to, DType::F16 | DType::BF16) => None,
         Op::Cast(c) => cast(d(0)?, c.to).map(|s| vec![s]),
         Op::Reshape(_) | Op::StopGradient(_) => Some(Vec::new()),
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
@@ -347,6 +369,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Rope(_) | Op::RopeBackward(_) => attention::rope(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
         Op::Attention(a) => attention::attention(d(0)?, masking(a.mask_kind, d(3))?).map(|s| vec![s]),
+        Op::ElementwiseRegion(r) => fused::region(r, dtypes).map(|s| vec![s]),
         Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }
