@@ -9,3 +9,9 @@ for case in "8192 bf16" "4096 f32" "4096 f16" "4096 bf16"; do
   target/device/bin/gemm "$1" "$2"
   python3 tools/gpu/gemm.py "$1" "$1" "$1" "$2"
 done
+# A GPT-2-small-shaped bf16 training step (B16 x T1024, and B4 should the larger not fit).
+for b in 16 4; do
+  target/device/bin/train_step "$b"
+  python3 tools/gpu/train_step.py "$b"
+done
+python3 tools/gpu/train_step.py 16 12 --compile
