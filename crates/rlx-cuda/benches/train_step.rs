@@ -33,7 +33,7 @@ fn launches(g: &Graph) -> String {
     }
     let total: usize = kinds.values().sum();
     let mut by: Vec<_> = kinds.into_iter().collect();
-    by.sort_by(|a, b| b.1.cmp(&a.1));
+    by.sort_by_key(|k| std::cmp::Reverse(k.1));
     let list: Vec<String> = by.iter().map(|(k, n)| format!("{k} {n}")).collect();
     format!("{total} launches: {}", list.join(", "))
 }
