@@ -5,7 +5,7 @@ use rlx_cuda::source::{self, Source};
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::elementwise::{Activation, ActivationBackward, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Fma, ReluBackward, Where};
 use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, FusedResidualLN, FusedResidualRmsNorm, Operand, RegionPrologue, MAX_REGION_INPUTS};
-use rlx_ir::ops::index::Gather;
+use rlx_ir::ops::index::{Gather, GatherBackward};
 use rlx_ir::ops::norm::{LayerNorm, LayerNorm2d, RmsNorm};
 use rlx_ir::ops::reduce::{ArgMax, ArgMin, CumMax, CumProd, Cumsum, CumsumBackward, Reduce, ReduceOp};
 use rlx_ir::ops::shape::{KvAppend, Transpose};
@@ -39,6 +39,7 @@ fn every_source() -> Vec<Source> {
         }
         for index in [DType::I64, DType::I32, DType::U8] {
             nodes.push((Op::Gather(Gather { axis: 0 }), vec![d, index]));
+            nodes.push((Op::GatherBackward(GatherBackward { axis: 0, table_shape: rlx_ir::Shape::of(&[4, 3]) }), vec![d, index]));
         }
         nodes.push((Op::Where(Where {}), vec![DType::Bool, d, d]));
         nodes.push((Op::Fma(Fma {}), vec![d, d, d]));

@@ -283,6 +283,29 @@ pub fn gather(size: usize, index: DType) -> Option<Source> {
     Some(Source { name: "gather", code })
 }
 
+/// `GatherBackward` of an f32 gradient (the output zeroed before): `out[o, idx[j], r] +=
+/// dy[o, j, r]` by atomic adds (duplicate indices sum in no fixed order). An index outside
+/// `[0, extent)` adds nothing and reports itself in `err` as [`gather`] does.
+pub fn gather_backward(d: DType, index: DType) -> Option<Source> {
+    let i = ctype(index).filter(|c| !c.float && index != DType::Bool && d == DType::F32)?;
+    let code = format!(
+        "{PRELUDE}extern \"C\" __global__ void k(float* __restrict__ out, const float* __restrict__ dy, const {it}* __restrict__ idx, i64 n, i64 inner, i64 count, i64 extent, i64* err) {{
+    EACH(i, n) {{
+        i64 r = i % inner, q = i / inner, j = q % count, o = q / count;
+        i64 at = (i64)idx[j];
+        if (at < 0 || at >= extent) {{
+            if (atomicCAS((unsigned long long*)err, 0ull, 1ull) == 0ull) {{ err[1] = at; err[2] = extent; }}
+        }} else {{
+            atomicAdd(out + (o * extent + at) * inner + r, dy[i]);
+        }}
+    }}
+}}
+",
+        it = i.store
+    );
+    Some(Source { name: "gather backward", code })
+}
+
 /// `KvAppend`'s write of elements of `size` bytes: the `n = outer·steps·inner` elements of
 /// `rows` go to positions `p..p + steps` along the axis of a cache of capacity `cap`, in
 /// place, `p` being `at[0]` (read on the device) or `pos` when `at` is null. A position that
@@ -353,6 +376,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Reshape(_) | Op::StopGradient(_) => Some(Vec::new()),
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
+        Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(Vec::new),
         Op::Softmax(_) => rows::softmax(d(0)?).map(|s| vec![s]),
