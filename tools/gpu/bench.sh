@@ -17,3 +17,9 @@ target/device/bin/sdpa
 python3 tools/gpu/attention.py
 target/device/bin/decode 128
 python3 tools/gpu/decode.py 128
+# A GPT-2-small-shaped bf16 training step (B16 x T1024, and B4 should the larger not fit).
+for b in 16 4; do
+  target/device/bin/train_step "$b"
+  python3 tools/gpu/train_step.py "$b"
+done
+python3 tools/gpu/train_step.py 16 12 --compile

@@ -11,9 +11,10 @@ pub const KINDS: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
-        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
+        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, GatherBackward, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
         RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
         SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend, DequantMatMul,
+        ElementwiseRegion,
     ]
 };
 
@@ -50,6 +51,8 @@ impl Claims for CudaClaims {
             }
             Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
             SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
+            GatherBackward => "f32 gradients (atomic adds), integer indices",
+            ElementwiseRegion => "no prologue; each step as its standalone kernel takes it",
             Attention => {
                 "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases; \
                  f16/bf16 heads of 64 or 128 masked by position on the tensor cores"

@@ -9,7 +9,7 @@ use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
 use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
-use crate::{attention, decode, kv, matmul, quant, rows, source};
+use crate::{attention, decode, fuse, kv, matmul, quant, rows, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result};
@@ -161,6 +161,26 @@ impl CudaEngine {
                 ];
                 elementwise(&self.gpu, f, numel(out.dims), &mut params)
             }
+            Op::GatherBackward(gb) => {
+                let (dy, idx) = (ins[0], ins[1]);
+                let f = self.kernel(source::gather_backward(dy.dtype, idx.dtype), op, &[dy.dtype, idx.dtype])?;
+                let rank = out.dims.len() as i32;
+                let axis = if gb.axis < 0 { gb.axis + rank } else { gb.axis };
+                let axis = usize::try_from(axis).ok().filter(|&a| a < out.dims.len()).ok_or_else(|| format!("axis {} of a rank-{rank} table", gb.axis))?;
+                // SAFETY: `out` is this launch's own range; the adds below follow on the stream.
+                unsafe { cu::memset_d8_async(out.buf.at(out.offset), 0, out.len, self.gpu.stream) }.map_err(|e| format!("zeroing the table gradient: {e:?}"))?;
+                let mut params = vec![
+                    Param::Ptr(out.buf.at(out.offset)),
+                    Param::Ptr(dy.buf.at(dy.offset)),
+                    Param::Ptr(idx.buf.at(idx.offset)),
+                    Param::I64(numel(dy.dims) as i64),
+                    Param::I64(numel(&out.dims[axis + 1..]) as i64),
+                    Param::I64(numel(idx.dims) as i64),
+                    Param::I64(out.dims[axis] as i64),
+                    Param::Ptr(self.err.ptr),
+                ];
+                elementwise(&self.gpu, f, numel(dy.dims), &mut params)
+            }
             Op::Reduce(r) => {
                 let x = ins[0];
                 let f = self.kernel(source::reduce(r.op, x.dtype), op, &[x.dtype])?;
@@ -200,6 +220,7 @@ impl CudaEngine {
             Op::AttentionBackward(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, Some(a.wrt as usize), ins, outs),
             Op::AttentionBackwardAll(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, None, ins, outs),
             Op::KvAppend(a) => kv::append(self, op, a, ins, out),
+            Op::ElementwiseRegion(r) => fuse::region(self, op, r, ins, out),
             _ => Err(format!("{} has no CUDA kernel", op.kind())),
         }
     }

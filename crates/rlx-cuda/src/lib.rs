@@ -9,6 +9,7 @@ mod attention;
 mod claims;
 mod decode;
 mod engine;
+mod fuse;
 mod gpu;
 mod kernels;
 mod kv;

@@ -4,8 +4,8 @@
 use rlx_cuda::source::{self, Source};
 use rlx_ir::ops::attention::{Attention, AttentionBackwardAll, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::elementwise::{Activation, ActivationBackward, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Fma, ReluBackward, Where};
-use rlx_ir::ops::fused::{FusedResidualLN, FusedResidualRmsNorm};
-use rlx_ir::ops::index::Gather;
+use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, FusedResidualLN, FusedResidualRmsNorm, Operand, RegionPrologue, MAX_REGION_INPUTS};
+use rlx_ir::ops::index::{Gather, GatherBackward};
 use rlx_ir::ops::norm::{LayerNorm, LayerNorm2d, RmsNorm};
 use rlx_ir::ops::reduce::{ArgMax, ArgMin, CumMax, CumProd, Cumsum, CumsumBackward, Reduce, ReduceOp};
 use rlx_ir::ops::shape::{KvAppend, Transpose};
@@ -39,12 +39,14 @@ fn every_source() -> Vec<Source> {
         }
         for index in [DType::I64, DType::I32, DType::U8] {
             nodes.push((Op::Gather(Gather { axis: 0 }), vec![d, index]));
+            nodes.push((Op::GatherBackward(GatherBackward { axis: 0, table_shape: rlx_ir::Shape::of(&[4, 3]) }), vec![d, index]));
         }
         nodes.push((Op::Where(Where {}), vec![DType::Bool, d, d]));
         nodes.push((Op::Fma(Fma {}), vec![d, d, d]));
         nodes.push((Op::ReluBackward(ReluBackward {}), vec![d, d]));
         nodes.push((Op::Transpose(Transpose { perm: vec![1, 0] }), vec![d]));
         nodes.extend(row_nodes(d));
+        nodes.extend(region_nodes(d));
     }
     let mut all: Vec<Source> = Vec::new();
     for (op, dtypes) in &nodes {
@@ -89,6 +91,27 @@ fn row_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
             nodes.push((Op::Attention(Attention::new(4, 8, kind)), vec![d, d, d, other]));
         }
     }
+    nodes
+}
+
+/// Elementwise regions over `d`: every step kind (each binary op, compare, where, activation,
+/// and a cast to every dtype) after a first step, as the fuse pass chains them.
+fn region_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
+    use Operand::{Input, Step};
+    let region = |chain: Vec<ChainStep>, dtypes: Vec<DType>| {
+        let r = ElementwiseRegion { chain, num_inputs: dtypes.len() as u32, scalar_input_mask: 0, input_modulus: [0; MAX_REGION_INPUTS], prologue: RegionPrologue::None, prologue_input: 0 };
+        (Op::ElementwiseRegion(r), dtypes)
+    };
+    let mut nodes = Vec::new();
+    for op in BinaryOp::ALL {
+        nodes.push(region(vec![ChainStep::Binary(op, Input(0), Input(1)), ChainStep::Binary(op, Step(0), Input(2))], vec![d; 3]));
+    }
+    let kinds = ActivationKind::ALL.iter().filter(|k| k.region_fusable()).map(|&kind| ChainStep::Activation(kind, Step(0)));
+    nodes.push(region(std::iter::once(ChainStep::Binary(BinaryOp::Add, Input(0), Input(1))).chain(kinds).collect(), vec![d; 2]));
+    for to in DTYPES {
+        nodes.push(region(vec![ChainStep::Binary(BinaryOp::Mul, Input(0), Input(1)), ChainStep::Cast(to, Step(0))], vec![d; 2]));
+    }
+    nodes.push(region(vec![ChainStep::Compare(CmpOp::Lt, Input(0), Input(1)), ChainStep::Where(Step(0), Input(0), Input(1))], vec![d; 2]));
     nodes
 }
 

@@ -5,20 +5,23 @@
 //! ([`rlx_autodiff::grad`]), appends the [`Optimizer`]'s update (after optional global-norm
 //! clipping), compiles the whole step once, and runs it per batch with the learning rate
 //! from a [`Schedule`]; with [`Remat`] the step recomputes activations instead of keeping them
-//! (activation checkpointing). Checkpoints are safetensors files holding parameters, optimizer state
+//! (activation checkpointing); with [`Precision::Mixed`] its products compute in bf16 or f16 over
+//! f32 master weights (autocast). Checkpoints are safetensors files holding parameters, optimizer state
 //! and the step count; resuming continues bit for bit.
 
 mod checkpoint;
 pub mod init;
 mod optim;
+mod precision;
 mod schedule;
 mod trainer;
 
 pub use init::Init;
 pub use optim::Optimizer;
+pub use precision::Precision;
 pub use rlx_autodiff::Remat;
 pub use schedule::Schedule;
-pub use trainer::{TrainConfig, Trainer};
+pub use trainer::{StepGraph, TrainConfig, Trainer};
 
 /// Errors of training.
 #[derive(Debug, thiserror::Error)]

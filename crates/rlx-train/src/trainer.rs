@@ -1,13 +1,13 @@
 //! The compiled training step.
 
 use crate::optim::{clip_global_norm, StepInputs};
-use crate::{Optimizer, Result, Schedule, TrainError};
+use crate::{Optimizer, Precision, Result, Schedule, TrainError};
 use rlx_autodiff::{GradOptions, Remat};
 use rlx_ir::{Graph, TensorType, ValueId};
-use rlx_runtime::{CompiledGraph, Session, Tensor};
+use rlx_runtime::{CompiledGraph, Profile, Session, Tensor};
 
-/// How to train: the optimizer, the learning-rate schedule, optional clipping and
-/// rematerialisation.
+/// How to train: the optimizer, the learning-rate schedule, optional clipping,
+/// rematerialisation and mixed precision.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainConfig {
     pub optimizer: Optimizer,
@@ -17,12 +17,14 @@ pub struct TrainConfig {
     /// Which activations the step keeps for the backward sweep; the rest it recomputes
     /// (less memory for more compute; the same parameters either way).
     pub remat: Remat,
+    /// The dtypes the step computes in (parameters and optimizer state stay f32).
+    pub precision: Precision,
 }
 
 impl TrainConfig {
     /// `optimizer` with `schedule`, no clipping, every activation kept.
     pub fn new(optimizer: Optimizer, schedule: Schedule) -> TrainConfig {
-        TrainConfig { optimizer, schedule, clip_norm: None, remat: Remat::KeepAll }
+        TrainConfig { optimizer, schedule, clip_norm: None, remat: Remat::KeepAll, precision: Precision::Full }
     }
 
     /// Clips the global gradient norm to `max` before each update.
@@ -34,6 +36,12 @@ impl TrainConfig {
     /// Trains with rematerialisation (activation checkpointing).
     pub fn with_remat(mut self, remat: Remat) -> TrainConfig {
         self.remat = remat;
+        self
+    }
+
+    /// Trains in `precision` (mixed: products in a 16-bit float over f32 master weights).
+    pub fn with_precision(mut self, precision: Precision) -> TrainConfig {
+        self.precision = precision;
         self
     }
 }
@@ -52,11 +60,20 @@ pub struct Trainer {
     step: u64,
 }
 
-impl Trainer {
-    /// Builds and compiles the step for `loss` of `model` (a scalar value of the graph),
-    /// training every floating-point parameter of `model`. Parameters start unset (set them
-    /// with [`Trainer::set_param`]); optimizer state starts at zero.
-    pub fn new(session: &Session, model: &Graph, loss: ValueId, config: TrainConfig) -> Result<Trainer> {
+/// A training step as a graph, before compilation: outputs the loss, then each trained
+/// parameter's new value, then each optimizer state slot's.
+pub struct StepGraph {
+    pub graph: Graph,
+    /// The trained parameters, in output order.
+    pub params: Vec<String>,
+    /// The optimizer state slots with their types, in output order.
+    pub state: Vec<(String, TensorType)>,
+}
+
+impl StepGraph {
+    /// The step for `loss` of `model` (a scalar value of the graph), training every
+    /// floating-point parameter of `model`.
+    pub fn new(model: &Graph, loss: ValueId, config: &TrainConfig) -> Result<StepGraph> {
         if !model.ty(loss).dtype.is_float() || model.ty(loss).rank() != 0 {
             return Err(TrainError::Config(format!("the loss must be a float scalar, got {}", model.ty(loss))));
         }
@@ -65,7 +82,8 @@ impl Trainer {
         let names: Vec<&str> = params.iter().map(String::as_str).collect();
         let mut scored = model.clone();
         scored.set_outputs(vec![loss])?;
-        let mut g = rlx_autodiff::grad_with(&scored, loss, &names, &GradOptions { remat: config.remat.clone() })?;
+        let scored = config.precision.apply(&scored)?;
+        let mut g = rlx_autodiff::grad_with(&scored, scored.outputs()[0], &names, &GradOptions { remat: config.remat.clone() })?;
         let outs = g.outputs().to_vec();
         let loss_out = outs[0];
         let mut grads = outs[1..].to_vec();
@@ -87,8 +105,17 @@ impl Trainer {
         results.extend(&new_params);
         results.extend(states.iter().map(|(_, _, new)| *new));
         g.set_outputs(results)?;
-        let state_params: Vec<(String, TensorType)> = states.iter().map(|(n, v, _)| (n.clone(), g.ty(*v).clone())).collect();
-        let mut compiled = session.compile(&g)?;
+        let state = states.iter().map(|(n, v, _)| (n.clone(), g.ty(*v).clone())).collect();
+        Ok(StepGraph { graph: g, params, state })
+    }
+}
+
+impl Trainer {
+    /// Builds ([`StepGraph::new`]) and compiles the step for `loss` of `model`. Parameters
+    /// start unset (set them with [`Trainer::set_param`]); optimizer state starts at zero.
+    pub fn new(session: &Session, model: &Graph, loss: ValueId, config: TrainConfig) -> Result<Trainer> {
+        let StepGraph { graph, params, state: state_params } = StepGraph::new(model, loss, &config)?;
+        let mut compiled = session.compile(&graph)?;
         for (name, ty) in &state_params {
             let dims = ty
                 .shape
@@ -110,6 +137,11 @@ impl Trainer {
     /// The current value of a parameter or state slot.
     pub fn param(&self, name: &str) -> Result<Tensor> {
         Ok(self.compiled.param(name)?)
+    }
+
+    /// The step graph as compiled (legalized and fused for the session's backend).
+    pub fn graph(&self) -> &Graph {
+        self.compiled.graph()
     }
 
     /// Names of the trained parameters.
@@ -153,6 +185,17 @@ impl Trainer {
     pub fn arena_bytes(&mut self, batch: &[(&str, &Tensor)]) -> Result<Option<usize>> {
         let (lr, t) = self.scalars();
         Ok(self.compiled.arena_bytes(&with_scalars(batch, &lr, &t))?)
+    }
+
+    /// Turns per-node timing of the following steps on (from zero) or off; `false` where the
+    /// backend cannot time its nodes.
+    pub fn set_profiling(&mut self, on: bool) -> bool {
+        self.compiled.set_profiling(on)
+    }
+
+    /// Where the steps since profiling was turned on spent their time.
+    pub fn profile(&self) -> Profile {
+        self.compiled.profile()
     }
 
     /// The learning rate and step number the next step reads.

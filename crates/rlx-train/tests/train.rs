@@ -3,7 +3,7 @@
 
 use rlx_cpu::CpuBackend;
 use rlx_runtime::{Session, Tensor};
-use rlx_train::{Init, Optimizer, Remat, Schedule, TrainConfig, Trainer};
+use rlx_train::{Init, Optimizer, Precision, Remat, Schedule, TrainConfig, Trainer};
 use std::sync::Arc;
 
 /// `loss = Σ (p − t)²`, so `∂loss/∂p = 2(p − t)`.
@@ -231,4 +231,44 @@ fn rematerialised_steps_update_the_parameters_identically_in_less_memory() {
     assert_eq!(plain.2, remat.2);
     // Measured: 38 144 bytes with remat, 78 016 without.
     assert!(remat.0 < plain.0, "arena {} with remat, {} without", remat.0, plain.0);
+}
+
+#[test]
+fn a_mixed_precision_step_tracks_the_f32_step_over_f32_master_weights() {
+    let (g, loss) = deep_mlp();
+    let config = TrainConfig::new(Optimizer::adamw(1e-2), Schedule::Constant(0.01));
+    let mut rng = rlx_train::init::Rng::new(11);
+    let x = Init::Normal(1.0).tensor(&[64, 16], &mut rng);
+    let y = Init::Normal(0.5).tensor(&[64, 16], &mut rng);
+    let params: Vec<(String, Tensor)> = (0..8)
+        .flat_map(|l| [(format!("w{l}"), Init::XavierUniform.tensor(&[16, 16], &mut rng)), (format!("b{l}"), Init::Normal(0.1).tensor(&[16], &mut rng))])
+        .collect();
+    let session = Session::new(Arc::new(CpuBackend::new()));
+    let mut runs = Vec::new();
+    for precision in [Precision::Full, Precision::bf16()] {
+        let mut tr = Trainer::new(&session, &g, loss, config.clone().with_precision(precision)).unwrap();
+        let bf16_products = tr.graph().nodes().iter().filter(|n| n.op.kind() == rlx_ir::OpKind::MatMul && n.outputs[0].dtype == rlx_ir::DType::BF16).count();
+        assert_eq!(bf16_products > 0, precision != Precision::Full, "{bf16_products} bf16 matmuls under {precision:?}");
+        for (name, t) in &params {
+            tr.set_param(name, t.clone()).unwrap();
+        }
+        let losses: Vec<f32> = (0..10).map(|_| tr.step(&[("x", &x), ("y", &y)]).unwrap()).collect();
+        for name in tr.updated() {
+            assert_eq!(tr.param(name).unwrap().dtype(), rlx_ir::DType::F32, "{name} under {precision:?}");
+        }
+        runs.push((losses, tr.param("w3").unwrap().to_vec::<f32>().unwrap()));
+    }
+    let ((full, w_full), (mixed, w_mixed)) = (&runs[0], &runs[1]);
+    assert!(full[9] < 0.9 * full[0], "the f32 loss does not fall: {full:?}");
+    for (a, b) in full.iter().zip(mixed) {
+        assert!((a - b).abs() <= 2e-2 * a.abs(), "f32 losses {full:?}, mixed {mixed:?}");
+    }
+    assert_ne!(full, mixed, "the mixed step computed in f32");
+    // Adam moves every weight by about lr a step whatever the gradient's size, so the two
+    // runs' weights are compared against how far the f32 run moved them.
+    let w0 = params.iter().find(|(n, _)| n == "w3").unwrap().1.to_vec::<f32>().unwrap();
+    let mean = |v: Vec<f32>| v.iter().sum::<f32>() / v.len() as f32;
+    let moved = mean(w_full.iter().zip(&w0).map(|(a, b)| (a - b).abs()).collect());
+    let apart = mean(w_full.iter().zip(w_mixed).map(|(a, b)| (a - b).abs()).collect());
+    assert!(apart <= 0.1 * moved, "w3 moved {moved} on average in f32, and the mixed run ends {apart} from it");
 }

@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod decode;
 pub mod flash;
+pub mod fused;
 pub mod matmul;
 pub mod quant;
 pub mod rows;
@@ -162,6 +163,11 @@ pub fn relu_backward(d: DType) -> Option<Source> {
 /// `a op b` by OPS.md's rules: integer division and remainder truncate, by zero give 0, and
 /// `MIN / −1` wraps; float max/min propagate NaN; bitwise ops on integers only.
 pub fn binary(op: BinaryOp, d: DType) -> Option<Source> {
+    map("binary", d, &[d, d], "", &binary_expr(op, d)?)
+}
+
+/// [`binary`]'s value of `a op b` (operands `a`, `b` in `d`'s compute type).
+fn binary_expr(op: BinaryOp, d: DType) -> Option<String> {
     let c = ctype(d)?;
     let unsigned = c.range.is_some_and(|r| r.0.starts_with('0'));
     let expr = match (op, c.float) {
@@ -187,17 +193,25 @@ pub fn binary(op: BinaryOp, d: DType) -> Option<Source> {
         (BinaryOp::BitXor, false) => "a ^ b".into(),
         _ => return None,
     };
-    map("binary", d, &[d, d], "", &expr)
+    Some(expr)
 }
 
 /// `a op b` into Bool, IEEE (only `Ne` holds with a NaN).
 pub fn compare(op: CmpOp, d: DType) -> Option<Source> {
-    map("compare", DType::Bool, &[d, d], "", &format!("(a {} b) ? 1 : 0", emit::cmp_symbol(op)))
+    map("compare", DType::Bool, &[d, d], "", &compare_expr(op))
 }
+
+/// [`compare`]'s value: 1 where `a op b` holds.
+fn compare_expr(op: CmpOp) -> String {
+    format!("(a {} b) ? 1 : 0", emit::cmp_symbol(op))
+}
+
+/// [`select`]'s value.
+const SELECT: &str = "a != 0 ? b : c";
 
 /// `cond ≠ 0 ? t : f` (inputs `cond`, `t`, `f`).
 pub fn select(cond: DType, d: DType) -> Option<Source> {
-    map("where", d, &[cond, d, d], "", "a != 0 ? b : c")
+    map("where", d, &[cond, d, d], "", SELECT)
 }
 
 /// `a·b + c` with one rounding.
@@ -213,6 +227,15 @@ pub fn fma(d: DType) -> Option<Source> {
 /// `Cast` with Rust `as` semantics: floats to integers truncate and saturate (NaN → 0),
 /// integers wrap, anything to Bool is `≠ 0`, floats round to nearest-even.
 pub fn cast(from: DType, to: DType) -> Option<Source> {
+    map("cast", to, &[from], "", &cast_expr(from, to)?)
+}
+
+/// [`cast`]'s value of `a` (in `from`'s compute type) in `to`'s compute type; `None` for
+/// f64 to f16/bf16, which would round twice.
+fn cast_expr(from: DType, to: DType) -> Option<String> {
+    if from == DType::F64 && matches!(to, DType::F16 | DType::BF16) {
+        return None;
+    }
     let (f, t) = (ctype(from)?, ctype(to)?);
     let expr = match (f.float, t.range) {
         _ if to == DType::Bool => "a != 0 ? 1 : 0".to_string(),
@@ -221,7 +244,7 @@ pub fn cast(from: DType, to: DType) -> Option<Source> {
         }
         _ => format!("({})a", t.compute),
     };
-    map("cast", to, &[from], "", &expr)
+    Some(expr)
 }
 
 /// Element moves by size (1, 2, 4 or 8 bytes): `out[out_base + walk(1)] = in[in_base +
@@ -263,6 +286,29 @@ pub fn gather(size: usize, index: DType) -> Option<Source> {
         it = i.store
     );
     Some(Source { name: "gather", code })
+}
+
+/// `GatherBackward` of an f32 gradient (the output zeroed before): `out[o, idx[j], r] +=
+/// dy[o, j, r]` by atomic adds (duplicate indices sum in no fixed order). An index outside
+/// `[0, extent)` adds nothing and reports itself in `err` as [`gather`] does.
+pub fn gather_backward(d: DType, index: DType) -> Option<Source> {
+    let i = ctype(index).filter(|c| !c.float && index != DType::Bool && d == DType::F32)?;
+    let code = format!(
+        "{PRELUDE}extern \"C\" __global__ void k(float* __restrict__ out, const float* __restrict__ dy, const {it}* __restrict__ idx, i64 n, i64 inner, i64 count, i64 extent, i64* err) {{
+    EACH(i, n) {{
+        i64 r = i % inner, q = i / inner, j = q % count, o = q / count;
+        i64 at = (i64)idx[j];
+        if (at < 0 || at >= extent) {{
+            if (atomicCAS((unsigned long long*)err, 0ull, 1ull) == 0ull) {{ err[1] = at; err[2] = extent; }}
+        }} else {{
+            atomicAdd(out + (o * extent + at) * inner + r, dy[i]);
+        }}
+    }}
+}}
+",
+        it = i.store
+    );
+    Some(Source { name: "gather backward", code })
 }
 
 /// `KvAppend`'s write of elements of `size` bytes: the `n = outer·steps·inner` elements of
@@ -331,11 +377,11 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Compare(c) => compare(c.op, d(0)?).map(|s| vec![s]),
         Op::Where(_) => select(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Fma(_) => fma(d(0)?).map(|s| vec![s]),
-        Op::Cast(c) if d(0)? == DType::F64 && matches!(c.to, DType::F16 | DType::BF16) => None,
         Op::Cast(c) => cast(d(0)?, c.to).map(|s| vec![s]),
         Op::Reshape(_) | Op::StopGradient(_) => Some(Vec::new()),
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
+        Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
         Op::DequantMatMul(q) => match (&q.scheme, d(0)?, d(1)?) {
@@ -369,6 +415,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         }
         Op::AttentionBackward(a) => flash::backward(d(0)?, a.head_dim, a.mask_kind),
         Op::AttentionBackwardAll(a) => flash::backward(d(0)?, a.head_dim, a.mask_kind),
+        Op::ElementwiseRegion(r) => fused::region(r, dtypes).map(|s| vec![s]),
         Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }
