@@ -11,7 +11,7 @@ mod types;
 mod value;
 
 pub use types::GgmlType;
-pub use value::{GgufArray, GgufValue};
+pub use value::{GgufArray, GgufValue, PackedStrings};
 
 use crate::convert::floats_to_f32;
 use crate::error::{IoError, Result};
@@ -114,6 +114,14 @@ impl GgufFile {
     /// The metadata value of `key`.
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
         self.keys.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    /// Keeps only the metadata entries `keep` accepts: a reader that has consumed the large
+    /// arrays (a tokenizer's vocabulary and merges) drops them before the weights load.
+    pub fn retain_metadata(&mut self, mut keep: impl FnMut(&str, &GgufValue) -> bool) {
+        self.metadata.retain(|(k, v)| keep(k, v));
+        self.metadata.shrink_to_fit();
+        self.keys = self.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
     }
 
     /// Every tensor's header entry, in file order.
