@@ -144,8 +144,9 @@ impl GgufFile {
         Ok(GgufTensor { ty: t.ty, shape: &t.shape, bytes: &self.file.bytes()[start..start + t.size] })
     }
 
-    /// Drops the pages of `name`'s bytes from the process's resident memory once they have
-    /// been copied (into a backend's buffer): the file is read again if they are touched.
+    /// Drops the pages of `name`'s bytes, and those the kernel mapped around them, from the
+    /// process's resident memory once they have been copied (into a backend's buffer): the
+    /// file is read again if they are touched.
     pub fn release(&self, name: &str) -> Result<()> {
         let t = self.info(name)?;
         let start = self.data_offset + t.offset;
