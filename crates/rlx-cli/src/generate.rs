@@ -83,5 +83,15 @@ pub fn run(o: &GenerateOptions) -> Result<(), Box<dyn Error>> {
     if let Some((in_use, peak)) = session.backend().device_memory() {
         eprintln!("device memory ({}): peak {:.1} MB, {:.1} MB in use", o.device, mb(peak), mb(in_use));
     }
+    if let Some(peak) = peak_rss() {
+        eprintln!("peak resident memory: {:.1} MB", mb(peak));
+    }
     Ok(())
+}
+
+/// The process's peak resident memory (`VmHWM`), where `/proc` tells it.
+fn peak_rss() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim().parse::<usize>().ok()?;
+    Some(kib * 1024)
 }

@@ -126,7 +126,8 @@ fn cpu_matches_reference_fixtures_and_covers_every_op_kind() {
         let st = SafeTensors::deserialize(&bytes).unwrap();
         let complex: BTreeSet<&str> = meta["complex"].split(',').filter(|s| !s.is_empty()).collect();
         let rtol: f64 = meta["rtol"].parse().unwrap();
-        let atol: f64 = meta["atol"].parse().unwrap();
+        // One atol for every output, or one per output (comma-separated).
+        let atols: Vec<f64> = meta["atol"].split(',').map(|a| a.trim().parse().unwrap()).collect();
         let result = (|| -> Result<(), String> {
             let g = rlx_ir::text::parse(&meta["ir"]).map_err(|e| e.to_string())?;
             written.extend(g.nodes().iter().map(|n| n.op.kind()));
@@ -143,6 +144,7 @@ fn cpu_matches_reference_fixtures_and_covers_every_op_kind() {
             let outs = c.run(&named).map_err(|e| e.to_string())?;
             for (i, got) in outs.iter().enumerate() {
                 let want = load(&st, &format!("output.{i}"), &complex);
+                let atol = if atols.len() == 1 { atols[0] } else { *atols.get(i).ok_or_else(|| format!("no atol for output {i}"))? };
                 compare(got, &want, rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
             }
             Ok(())

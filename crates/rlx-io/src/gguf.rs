@@ -11,7 +11,7 @@ mod types;
 mod value;
 
 pub use types::GgmlType;
-pub use value::{GgufArray, GgufValue};
+pub use value::{GgufArray, GgufValue, PackedStrings};
 
 use crate::convert::floats_to_f32;
 use crate::error::{IoError, Result};
@@ -116,6 +116,14 @@ impl GgufFile {
         self.keys.get(key).map(|&i| &self.metadata[i].1)
     }
 
+    /// Keeps only the metadata entries `keep` accepts: a reader that has consumed the large
+    /// arrays (a tokenizer's vocabulary and merges) drops them before the weights load.
+    pub fn retain_metadata(&mut self, mut keep: impl FnMut(&str, &GgufValue) -> bool) {
+        self.metadata.retain(|(k, v)| keep(k, v));
+        self.metadata.shrink_to_fit();
+        self.keys = self.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+    }
+
     /// Every tensor's header entry, in file order.
     pub fn tensors(&self) -> &[GgufTensorInfo] {
         &self.tensors
@@ -136,8 +144,9 @@ impl GgufFile {
         Ok(GgufTensor { ty: t.ty, shape: &t.shape, bytes: &self.file.bytes()[start..start + t.size] })
     }
 
-    /// Drops the pages of `name`'s bytes from the process's resident memory once they have
-    /// been copied (into a backend's buffer): the file is read again if they are touched.
+    /// Drops the pages of `name`'s bytes, and those the kernel mapped around them, from the
+    /// process's resident memory once they have been copied (into a backend's buffer): the
+    /// file is read again if they are touched.
     pub fn release(&self, name: &str) -> Result<()> {
         let t = self.info(name)?;
         let start = self.data_offset + t.offset;

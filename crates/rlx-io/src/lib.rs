@@ -14,5 +14,5 @@ pub mod onnx;
 pub mod safetensors;
 
 pub use error::{IoError, Result};
-pub use gguf::{GgmlType, GgufFile, GgufTensor, GgufTensorInfo, GgufValue};
+pub use gguf::{GgmlType, GgufFile, GgufTensor, GgufTensorInfo, GgufValue, PackedStrings};
 pub use safetensors::{SafetensorsFile, SafetensorsInfo, TensorBytes};

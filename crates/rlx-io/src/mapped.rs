@@ -6,6 +6,10 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+/// The most a page fault maps of a file at once: Linux maps the cached pages around a faulting
+/// one (`fault_around_bytes`, 64 KiB by default) within one page table, which covers 2 MiB.
+const FAULT_AROUND: usize = 2 << 20;
+
 /// A file mapped read-only into memory, with its path for error messages.
 pub(crate) struct Mapped {
     pub(crate) path: PathBuf,
@@ -34,14 +38,18 @@ impl Mapped {
         self.map.as_deref().unwrap_or(&[])
     }
 
-    /// Drops the pages holding `range` (widened to whole pages) from the process's resident
-    /// memory, once their bytes have been copied elsewhere; touching them again reads the file.
+    /// Drops the pages holding `range` from the process's resident memory, once their bytes
+    /// have been copied elsewhere; touching them again reads the file. The range is widened to
+    /// the [`FAULT_AROUND`] windows it touches, so the neighbours' pages that the kernel mapped
+    /// along with it go too (they would otherwise stay resident until the map is dropped).
     pub(crate) fn release(&self, range: Range<usize>) -> std::io::Result<()> {
         #[cfg(unix)]
         if let Some(map) = &self.map {
+            let start = range.start / FAULT_AROUND * FAULT_AROUND;
+            let end = range.end.div_ceil(FAULT_AROUND).saturating_mul(FAULT_AROUND).min(map.len());
             // SAFETY: the map is read-only and shared with the file, so dropped pages read back
             // the same bytes when touched: every borrow of the map stays valid.
-            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) }?;
+            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end.saturating_sub(start)) }?;
         }
         #[cfg(not(unix))]
         let _ = range;

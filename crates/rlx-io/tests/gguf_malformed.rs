@@ -97,7 +97,7 @@ fn valid_file_reads() {
     let want: Vec<f32> = (0..32).map(|i| (i - 16) as f32 * 0.5).collect();
     assert_eq!(q.as_slice::<f32>().unwrap(), want);
     let tokens = f.get("tokens").unwrap().as_array().unwrap().as_strings().unwrap();
-    assert_eq!(tokens, ["a", "bc"]);
+    assert_eq!(tokens.iter().collect::<Vec<_>>(), ["a", "bc"]);
 }
 
 #[test]

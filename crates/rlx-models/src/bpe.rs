@@ -16,11 +16,14 @@
 //! by rank → ids.
 
 mod stages;
+mod vocab;
 
 pub(crate) use stages::{Behavior, Decoder, Normalizer, PreTokenizer, PrependScheme};
+pub(crate) use vocab::Vocab;
 
 use crate::error::{ModelError, Result};
 use fancy_regex::Regex;
+use rlx_io::gguf::{GgufArray, PackedStrings};
 use rlx_io::{GgufFile, GgufValue};
 use stages::{byte_token, byte_token_name, METASPACE};
 use std::cmp::Reverse;
@@ -36,10 +39,10 @@ const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}
 
 /// A BPE tokenizer read from GGUF metadata or a tokenizer.json.
 pub struct BpeTokenizer {
-    tokens: Vec<String>,
-    ids: HashMap<String, u32>,
-    /// Merge-list rank by left symbol, then right symbol (empty for [`Symbols::Scored`]).
-    ranks: HashMap<String, HashMap<String, usize>>,
+    vocab: Vocab,
+    /// Merge-list rank by the entries of the left and right symbol (empty for
+    /// [`Symbols::Scored`]).
+    ranks: HashMap<(u32, u32), u32>,
     /// Added tokens matched in the text as given.
     specials: AddedTokens,
     /// Added tokens matched in normalized text (their own text normalized too).
@@ -112,8 +115,9 @@ pub(crate) enum Decoding {
 /// What a source gives the BPE core: the vocabulary by id, merges by rank, which ids are
 /// special, how text is normalized and split, and how words become symbols.
 pub(crate) struct BpeParts {
-    pub tokens: Vec<String>,
-    pub merges: Vec<(String, String)>,
+    pub vocab: Vocab,
+    /// The vocabulary entries of each merge's sides, by rank ([`Vocab::pair`]).
+    pub merges: Vec<(u32, u32)>,
     /// Ids matched verbatim in the text as given (control and user-defined tokens).
     pub specials: Vec<u32>,
     /// Ids matched verbatim in normalized text.
@@ -149,8 +153,8 @@ pub(crate) fn isolating(pattern: &str) -> Result<PreTokenizer> {
 
 /// The first byte whose `<0xNN>` token a byte-fallback vocabulary lacks. An ASCII byte may
 /// lack one when its character is a token (Gemma has `\t`, not `<0x09>`): it never falls back.
-pub(crate) fn missing_byte_token(ids: &HashMap<String, u32>) -> Option<String> {
-    let covered = |b: u8| ids.contains_key(&byte_token_name(b)) || (b.is_ascii() && ids.contains_key(&char::from(b).to_string()));
+pub(crate) fn missing_byte_token(vocab: &Vocab) -> Option<String> {
+    let covered = |b: u8| vocab.contains(&byte_token_name(b)) || (b.is_ascii() && vocab.contains(&char::from(b).to_string()));
     (0..=255u8).find(|&b| !covered(b)).map(byte_token_name)
 }
 
@@ -172,7 +176,7 @@ fn byte_chars() -> [char; 256] {
 }
 
 /// `value` as a string list, or an error naming the key.
-fn strings<'a>(gguf: &'a GgufFile, key: &str) -> Result<&'a [String]> {
+fn strings<'a>(gguf: &'a GgufFile, key: &str) -> Result<&'a PackedStrings> {
     gguf.get(key)
         .and_then(GgufValue::as_array)
         .and_then(|a| a.as_strings())
@@ -183,14 +187,14 @@ fn optional_id(gguf: &GgufFile, key: &str) -> Option<u32> {
     gguf.get(key).and_then(GgufValue::as_u64).and_then(|v| u32::try_from(v).ok())
 }
 
-/// `tokenizer.ggml.merges` as pairs.
-fn gpt2_merges(gguf: &GgufFile) -> Result<Vec<(String, String)>> {
+/// `tokenizer.ggml.merges` as pairs of `vocab`'s entries.
+fn gpt2_merges(gguf: &GgufFile, vocab: &mut Vocab) -> Result<Vec<(u32, u32)>> {
     strings(gguf, "tokenizer.ggml.merges")?
         .iter()
         .enumerate()
         .map(|(rank, m)| {
             m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .map(|(a, b)| vocab.pair(a, b))
                 .ok_or_else(|| ModelError::metadata(gguf, "tokenizer.ggml.merges", &format!("`left right` pairs, entry {rank} is `{m}`")))
         })
         .collect()
@@ -265,18 +269,23 @@ impl BpeTokenizer {
     /// text between special tokens with a space unless `add_space_prefix` is false; decoding
     /// drops that space at the start, as Llama 2's tokenizer.json does).
     pub fn from_gguf(gguf: &GgufFile) -> Result<BpeTokenizer> {
-        let tokens = strings(gguf, "tokenizer.ggml.tokens")?.to_vec();
-        let types: Vec<i32> = match gguf.get("tokenizer.ggml.token_type").and_then(GgufValue::as_array) {
-            Some(rlx_io::gguf::GgufArray::I32(v)) if v.len() == tokens.len() => v.clone(),
-            None => vec![1; tokens.len()],
+        let mut vocab = Vocab::from_tokens(strings(gguf, "tokenizer.ggml.tokens")?.iter());
+        let n = vocab.len();
+        let ordinary;
+        let types: &[i32] = match gguf.get("tokenizer.ggml.token_type").and_then(GgufValue::as_array) {
+            Some(GgufArray::I32(v)) if v.len() == n => v,
+            None => {
+                ordinary = vec![1; n];
+                &ordinary
+            }
             Some(_) => return Err(ModelError::metadata(gguf, "tokenizer.ggml.token_type", "one i32 per token")),
         };
         let model = gguf.get("tokenizer.ggml.model").and_then(GgufValue::as_str).unwrap_or("");
         let (merges, symbols, normalizers, pre, decoding, add_bos) = match model {
-            "gpt2" => (gpt2_merges(gguf)?, Symbols::byte_level(), Vec::new(), gpt2_pre(gguf)?, Decoding::Bytes, false),
+            "gpt2" => (gpt2_merges(gguf, &mut vocab)?, Symbols::byte_level(), Vec::new(), gpt2_pre(gguf)?, Decoding::Bytes, false),
             "llama" => {
                 let scores = match gguf.get("tokenizer.ggml.scores").and_then(GgufValue::as_array) {
-                    Some(rlx_io::gguf::GgufArray::F32(v)) if v.len() == tokens.len() => Symbols::scored(v),
+                    Some(GgufArray::F32(v)) if v.len() == n => Symbols::scored(v),
                     _ => return Err(ModelError::metadata(gguf, "tokenizer.ggml.scores", "one f32 per token")),
                 };
                 let space = Normalizer::Replace { from: " ".into(), to: METASPACE.to_string() };
@@ -298,10 +307,10 @@ impl BpeTokenizer {
         };
         let special = |t: i32| matches!(t, TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN);
         BpeTokenizer::from_parts(BpeParts {
-            specials: (0..tokens.len() as u32).filter(|&i| special(types[i as usize])).collect(),
+            specials: (0..n as u32).filter(|&i| special(types[i as usize])).collect(),
             normalized_specials: Vec::new(),
             is_control: types.iter().map(|&t| matches!(t, TYPE_CONTROL | TYPE_UNKNOWN)).collect(),
-            tokens,
+            vocab,
             merges,
             normalizers,
             pre,
@@ -321,12 +330,11 @@ impl BpeTokenizer {
 
     /// The tokenizer of `parts`: ranks indexed, added tokens indexed for matching.
     pub(crate) fn from_parts(p: BpeParts) -> Result<BpeTokenizer> {
-        let mut ranks: HashMap<String, HashMap<String, usize>> = HashMap::new();
-        for (rank, (a, b)) in p.merges.into_iter().enumerate() {
-            ranks.entry(a).or_default().entry(b).or_insert(rank);
+        let mut ranks: HashMap<(u32, u32), u32> = HashMap::with_capacity(p.merges.len());
+        for (rank, pair) in p.merges.into_iter().enumerate() {
+            ranks.entry(pair).or_insert(rank as u32);
         }
-        let ids: HashMap<String, u32> = p.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let mut kinds = vec![Kind::Model; p.tokens.len()];
+        let mut kinds = vec![Kind::Model; p.vocab.len()];
         for &i in p.specials.iter().chain(&p.normalized_specials) {
             let control = p.is_control.get(i as usize).copied().unwrap_or(false);
             if let Some(k) = kinds.get_mut(i as usize) {
@@ -334,23 +342,22 @@ impl BpeTokenizer {
             }
         }
         let added = |list: &[u32], normalize: bool| {
-            let tokens = &p.tokens;
+            let vocab = &p.vocab;
             let kinds = &kinds;
             let normalizers = &p.normalizers;
             AddedTokens::new(list.iter().filter_map(move |&i| {
-                let text = tokens.get(i as usize)?;
-                let text = if normalize { stages::normalize(normalizers, text) } else { text.clone() };
+                let text = vocab.get(i)?;
+                let text = if normalize { stages::normalize(normalizers, text) } else { text.to_string() };
                 Some((text, i, kinds[i as usize] == Kind::Control))
             }))
         };
         let specials = added(&p.specials, false);
         let normalized_specials = added(&p.normalized_specials, true);
-        if let Some(name) = missing_byte_token(&ids).filter(|_| !matches!(p.symbols, Symbols::ByteLevel { .. })) {
+        if let Some(name) = missing_byte_token(&p.vocab).filter(|_| !matches!(p.symbols, Symbols::ByteLevel { .. })) {
             return Err(ModelError::Unsupported(format!("the vocabulary lacks the byte token {name}, which byte fallback needs")));
         }
         Ok(BpeTokenizer {
-            tokens: p.tokens,
-            ids,
+            vocab: p.vocab,
             ranks,
             specials,
             normalized_specials,
@@ -369,12 +376,12 @@ impl BpeTokenizer {
 
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
-        self.tokens.len()
+        self.vocab.len()
     }
 
     /// The id of a token's exact text, if it is in the vocabulary.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.ids.get(text).copied()
+        self.vocab.id(text)
     }
 
     /// Token ids of `text`: `bos` first when `add_bos` is set. User-defined tokens' texts
@@ -419,7 +426,7 @@ impl BpeTokenizer {
                 .chars()
                 .flat_map(|c| {
                     let s = c.to_string();
-                    if self.ids.contains_key(&s) {
+                    if self.vocab.contains(&s) {
                         vec![s]
                     } else {
                         s.bytes().map(byte_token_name).collect()
@@ -432,15 +439,15 @@ impl BpeTokenizer {
                 Symbols::ByteLevel { .. } => symbols.concat(),
                 Symbols::ByteFallback | Symbols::Scored { .. } => word.to_string(),
             };
-            if let Some(&id) = self.ids.get(&whole) {
+            if let Some(id) = self.vocab.id(&whole) {
                 out.push(id);
                 return;
             }
         }
         for s in self.merge(symbols) {
-            match (self.ids.get(&s), &self.symbols) {
-                (Some(&id), _) => out.push(id),
-                (None, Symbols::ByteLevel { .. }) => out.extend(s.chars().filter_map(|c| self.ids.get(&c.to_string()).copied())),
+            match (self.vocab.id(&s), &self.symbols) {
+                (Some(id), _) => out.push(id),
+                (None, Symbols::ByteLevel { .. }) => out.extend(s.chars().filter_map(|c| self.vocab.id(&c.to_string()))),
                 (None, _) => out.extend(s.bytes().filter_map(|b| self.byte_id(b))),
             }
         }
@@ -449,15 +456,15 @@ impl BpeTokenizer {
     /// The token of byte `b`: `<0xNN>`, or for ASCII the character itself where that token is
     /// missing (as llama.cpp looks it up).
     fn byte_id(&self, b: u8) -> Option<u32> {
-        let id = self.ids.get(&byte_token_name(b));
-        id.or_else(|| self.ids.get(&char::from(b).to_string()).filter(|_| b.is_ascii())).copied()
+        let id = self.vocab.id(&byte_token_name(b));
+        id.or_else(|| self.vocab.id(&char::from(b).to_string()).filter(|_| b.is_ascii()))
     }
 
     /// The merge rank of adjacent symbols `a` and `b`, if they merge.
     fn rank(&self, a: &str, b: &str) -> Option<usize> {
         match &self.symbols {
-            Symbols::Scored { ranks } => self.ids.get(&[a, b].concat()).and_then(|&id| ranks.get(id as usize)).copied(),
-            _ => self.ranks.get(a).and_then(|m| m.get(b)).copied(),
+            Symbols::Scored { ranks } => self.vocab.id(&[a, b].concat()).and_then(|id| ranks.get(id as usize)).copied(),
+            _ => self.ranks.get(&(self.vocab.find(a)?, self.vocab.find(b)?)).map(|&r| r as usize),
         }
     }
 
@@ -496,7 +503,7 @@ impl BpeTokenizer {
     /// leading space Llama's `Strip` removes) are [`BpeTokenizer::decode`]'s: a streamed token
     /// continues a prompt, so its space stays.
     pub fn token_bytes(&self, id: u32, specials: bool) -> Vec<u8> {
-        let Some(text) = self.tokens.get(id as usize) else { return Vec::new() };
+        let Some(text) = self.vocab.get(id) else { return Vec::new() };
         match self.kinds[id as usize] {
             Kind::Control if !specials => Vec::new(),
             Kind::Control | Kind::Added => text.as_bytes().to_vec(),
@@ -516,7 +523,7 @@ impl BpeTokenizer {
         let texts = || -> Vec<String> {
             ids.iter()
                 .filter(|&&id| specials || self.kinds.get(id as usize).is_some_and(|&k| k != Kind::Control))
-                .filter_map(|&id| self.tokens.get(id as usize).cloned())
+                .filter_map(|&id| self.vocab.get(id).map(str::to_string))
                 .collect()
         };
         match &self.decoding {
@@ -558,10 +565,11 @@ mod tests {
     /// A byte-fallback tokenizer over `vocab` (after the 256 byte tokens) and `merges`.
     fn spm(vocab: &[&str], merges: &[(&str, &str)]) -> BpeTokenizer {
         let tokens = (0..=255u8).map(byte_token_name).chain(vocab.iter().map(|s| s.to_string())).collect::<Vec<_>>();
+        let mut vocab = Vocab::from_tokens(tokens.iter().map(String::as_str));
         BpeTokenizer::from_parts(BpeParts {
             is_control: vec![false; tokens.len()],
-            tokens,
-            merges: merges.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            merges: merges.iter().map(|(a, b)| vocab.pair(a, b)).collect(),
+            vocab,
             specials: Vec::new(),
             normalized_specials: Vec::new(),
             normalizers: vec![Normalizer::Replace { from: " ".into(), to: "▁".into() }],
@@ -581,7 +589,7 @@ mod tests {
     fn characters_outside_the_vocabulary_fall_back_to_byte_tokens() {
         let tok = spm(&["a", "▁", "b", "▁a", "▁ab"], &[("▁", "a"), ("▁a", "b")]);
         let ids = tok.encode("a ab é", false);
-        let names: Vec<&str> = ids.iter().map(|&i| tok.tokens[i as usize].as_str()).collect();
+        let names: Vec<&str> = ids.iter().map(|&i| tok.vocab.get(i).unwrap()).collect();
         assert_eq!(names, ["a", "▁ab", "▁", "<0xC3>", "<0xA9>"]);
         assert_eq!(tok.decode(&ids, false), "a ab é");
         assert_eq!(tok.token_bytes(ids[1], false), b" ab");
@@ -591,7 +599,7 @@ mod tests {
     #[test]
     fn merges_take_the_lowest_rank_then_the_leftmost_pair() {
         let tok = spm(&["a", "b", "ab", "ba", "aba"], &[("b", "a"), ("a", "b"), ("ab", "a")]);
-        let names = |t: &str| tok.encode(t, false).iter().map(|&i| tok.tokens[i as usize].clone()).collect::<Vec<_>>();
+        let names = |t: &str| tok.encode(t, false).iter().map(|&i| tok.vocab.get(i).unwrap().to_string()).collect::<Vec<_>>();
         assert_eq!(names("abab"), ["a", "ba", "b"]);
         assert_eq!(names("abba"), ["ab", "ba"]);
         assert_eq!(names("aab"), ["a", "ab"]);
@@ -605,10 +613,9 @@ mod tests {
 
     #[test]
     fn a_vocabulary_without_byte_tokens_is_refused() {
-        let tokens = vec!["a".to_string(), "<0x00>".to_string()];
         let err = BpeTokenizer::from_parts(BpeParts {
             is_control: vec![false; 2],
-            tokens,
+            vocab: Vocab::from_tokens(["a", "<0x00>"]),
             merges: Vec::new(),
             specials: Vec::new(),
             normalized_specials: Vec::new(),

@@ -130,10 +130,12 @@ pub struct GgufModel {
 impl GgufModel {
     /// Opens `path`; `progress` is called with (tensors read, total) while weights load.
     pub fn open(path: &Path, progress: impl FnMut(usize, usize)) -> Result<GgufModel> {
-        let gguf = Arc::new(GgufFile::open(path)?);
+        let mut gguf = GgufFile::open(path)?;
         let tokenizer = BpeTokenizer::from_gguf(&gguf)?;
         let config = LlamaConfig::from_gguf(&gguf)?;
-        let weights = Weights::from_gguf(gguf, progress)?;
+        // Read: the vocabulary, merges and scores need not stay while the weights load.
+        gguf.retain_metadata(|_, v| v.as_array().is_none());
+        let weights = Weights::from_gguf(Arc::new(gguf), progress)?;
         Ok(GgufModel { tokenizer, config, weights })
     }
 }

@@ -6,7 +6,7 @@
 //! a [`BpeTokenizer`], the same core GGUF metadata feeds. Other models and stages are refused by
 //! name.
 
-use crate::bpe::{self, Behavior, BpeParts, BpeTokenizer, Decoder, Decoding, Normalizer, PreTokenizer, PrependScheme, Symbols};
+use crate::bpe::{self, Behavior, BpeParts, BpeTokenizer, Decoder, Decoding, Normalizer, PreTokenizer, PrependScheme, Symbols, Vocab};
 use crate::error::{ModelError, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -153,12 +153,13 @@ fn parts(r: &Reader, json: &Value) -> Result<BpeParts> {
         },
     };
     let (bos, add_bos) = bos_template(r, json.get("post_processor"), &tokens)?;
-    let ids = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    if let Some(name) = bpe::missing_byte_token(&ids).filter(|_| byte_fallback) {
+    let mut table = Vocab::from_tokens(tokens.iter().map(String::as_str));
+    let merges = merges.iter().map(|(a, b)| table.pair(a, b)).collect();
+    if let Some(name) = bpe::missing_byte_token(&table).filter(|_| byte_fallback) {
         return Err(r.error("model.vocab", &format!("the byte tokens <0x00>…<0xFF> model.byte_fallback needs; {name} is missing")));
     }
     Ok(BpeParts {
-        tokens,
+        vocab: table,
         merges,
         specials,
         normalized_specials,

@@ -70,8 +70,13 @@ impl<'a> Reader<'a> {
 
     /// A GGUF string (`u64` length, UTF-8 bytes) holding `what`.
     pub(super) fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+        self.str(what).map(str::to_string)
+    }
+
+    /// A GGUF string, borrowed from the file.
+    pub(super) fn str(&mut self, what: &dyn Fn() -> String) -> Result<&'a str> {
         let len = self.u64(&|| format!("the length of {}", what()))?;
         let b = self.take(len, what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| IoError::BadUtf8 { path: self.path.to_path_buf(), what: what() })
+        std::str::from_utf8(b).map_err(|_| IoError::BadUtf8 { path: self.path.to_path_buf(), what: what() })
     }
 }
