@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn a_missing_model_folder_is_named() {
-        let err = run(Path::new("/nonexistent-model"), &["x".into()], false, Device::Cpu).unwrap_err();
+        let err = run(Path::new("/nonexistent-model"), &["x".into()], false, Device::Cpu, Compute::F32).unwrap_err();
         assert!(err.to_string().starts_with("/nonexistent-model/config.json: "), "{err}");
     }
 }

@@ -177,7 +177,7 @@ impl CudaEngine {
                     Param::I64(numel(&out.dims[axis + 1..]) as i64),
                     Param::I64(numel(idx.dims) as i64),
                     Param::I64(out.dims[axis] as i64),
-                    Param::Ptr(self.err.ptr),
+                    Param::Ptr(self.err.ptr()),
                 ];
                 elementwise(&self.gpu, f, numel(dy.dims), &mut params)
             }
