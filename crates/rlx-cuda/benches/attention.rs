@@ -5,8 +5,11 @@
 //! median over nine such rounds. tools/gpu/attention.py times PyTorch's SDPA backends the
 //! same way; tools/gpu/bench.sh runs both.
 
+/// The GPU tests' session (cuda:0 with the CPU as host), or a skip saying why.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use rlx_cpu::CpuBackend;
-use rlx_cuda::CudaBackend;
 use rlx_ir::ops::attention::{Attention, AttentionBackwardAll, MaskKind};
 use rlx_ir::{DType, Graph, Shape, TensorType};
 use rlx_runtime::{Session, Tensor};
@@ -62,14 +65,7 @@ fn time(session: &Session, g: &Graph, inputs: &[(&str, &Tensor)]) -> f64 {
 }
 
 fn main() {
-    let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
-    let session = Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new()));
+    let Some(session) = common::gpu() else { return };
     for (b, h, s, d, causal) in [(8, 16, 2048, 128, true), (32, 12, 512, 64, false)] {
         let dims = [b, h, s, d];
         let mask_kind = if causal { MaskKind::Causal } else { MaskKind::None };

@@ -4,8 +4,11 @@
 //! the median over seven such rounds. tools/gpu/bench.sh runs it beside PyTorch's figure for
 //! the same product (tools/gpu/gemm.py, CUDA events).
 
+/// The GPU tests' session (cuda:0 with the CPU as host), or a skip saying why.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use rlx_cpu::CpuBackend;
-use rlx_cuda::CudaBackend;
 use rlx_ir::{DType, Graph, Shape, TensorType};
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
@@ -34,14 +37,7 @@ fn main() {
         Some("f16") => DType::F16,
         _ => DType::BF16,
     };
-    let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
-    let session = Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new()));
+    let Some(session) = common::gpu() else { return };
     let mut g = Graph::new();
     let mut x = g.input("x", TensorType::new(dtype, Shape::of(&[n, n])));
     let w = g.param("w", TensorType::new(dtype, Shape::of(&[n, n])));

@@ -4,59 +4,40 @@
 //! warm-up, at 1 × 128, 32 × 128 and 256 × 128 tokens. tools/gpu/minilm.py times PyTorch's
 //! `BertModel` of the same shape the same way (CUDA events around each forward).
 
-use rlx_cpu::CpuBackend;
-use rlx_cuda::CudaBackend;
+/// The GPU tests' session (cuda:0 with the CPU as host), or a skip saying why.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use rlx_ir::DType;
 use rlx_opt::partition::Place;
 use rlx_models::bert::{BertConfig, Pooling, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
-use rlx_runtime::{Session, Tensor};
+use rlx_runtime::Tensor;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 const CONFIG: &str = r#"{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
     "intermediate_size": 1536, "max_position_embeddings": 512, "type_vocab_size": 2,
     "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#;
 
-/// `n` values from a seeded xorshift, uniform in `[lo, hi)`.
-fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * (s >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect()
-}
-
 fn main() {
     let compute = match std::env::args().skip(1).find(|a| !a.starts_with("--")).as_deref() {
         Some("f32") => DType::F32,
         _ => DType::BF16,
     };
-    let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
-    let session = Session::new(Arc::new(backend)).with_host(Arc::new(CpuBackend::new()));
+    let Some(session) = common::gpu() else { return };
     let config = BertConfig::from_json(CONFIG, Path::new("minilm-l6 shape")).expect("the MiniLM shape is a valid config");
     let bert = config.build_in(Pooling { normalize: true }, compute).expect("the encoder builds");
     let mut c = session.compile(&bert.graph).expect("the encoder compiles for CUDA");
     for (i, p) in bert.params.iter().enumerate() {
         let n: usize = p.shape.iter().product();
         let centre = if p.name.ends_with("LayerNorm.weight") { 1.0 } else { 0.0 };
-        let v: Vec<f32> = uniform(n, i as u64 + 1, -0.05, 0.05).into_iter().map(|x| x + centre).collect();
+        let v: Vec<f32> = common::uniform(n, i as u64 + 1, -0.05, 0.05).into_iter().map(|x| x + centre).collect();
         c.set_param(&p.name, Tensor::from_vec(v, &p.shape).expect("a weight")).expect("the weight fits");
     }
     let host = c.partition().map_or(0, |p| p.segments.iter().filter(|s| s.place == Place::Host).count());
     for (batch, seq) in [(1usize, 128usize), (32, 128), (256, 128)] {
         let n = batch * seq;
-        let ids: Vec<i64> = uniform(n, 99, 0.0, 30522.0).into_iter().map(|x| x as i64).collect();
+        let ids: Vec<i64> = common::uniform(n, 99, 0.0, 30522.0).into_iter().map(|x| x as i64).collect();
         let up = |v: Vec<i64>| c.upload(&Tensor::from_vec(v, &[batch, seq]).expect("ids")).expect("ids upload");
         let (ids, mask, types) = (up(ids), up(vec![1; n]), up(vec![0; n]));
         let inputs = [(INPUT_IDS, &ids), (ATTENTION_MASK, &mask), (TOKEN_TYPE_IDS, &types)];
