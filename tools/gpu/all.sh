@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One GPU-machine run that fits a time budget (seconds, default 500): every GPU test
+# (check.sh) first, then rlx's benches and PyTorch's figures beside them, then the ONNX node
+# tests through --device cuda; each step is cut to what is left of the budget and skipped
+# once too little is. Logs go to $OUT/logs.tgz (one file, as a run returns few).
+cd "$(dirname "$0")/../.."
+budget=${1:-500}
+out=${OUT:-target/device}
+start=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - start) )); }
+step() {
+  local t=$1; shift
+  local l; l=$(left)
+  [ "$l" -lt 15 ] && { echo "SKIPPED (time): $*"; return; }
+  [ "$t" -gt "$l" ] && t=$l
+  echo "== $* (limit $t s)"
+  timeout "$t" "$@" 2>&1
+  echo "-- rc=$? after $(( $(date +%s) - start )) s"
+}
+mkdir -p "$out/logs"
+[ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device
+step 130 bash tools/gpu/check.sh
+cp target/device/*.log "$out/logs/" 2>/dev/null
+step 40 target/device/bin/sdpa
+step 40 target/device/bin/decode 128
+step 60 target/device/bin/train_step 16
+step 25 target/device/bin/minilm bf16 --profile
+step 30 python3 tools/gpu/attention.py
+step 20 python3 tools/gpu/minilm.py bf16
+step 60 python3 tools/gpu/train_step.py 16
+step 40 python3 tools/gpu/decode.py 128
+# A CPU result carried in target/device/onnx-cpu.json spares the CPU half.
+if [ -f target/device/onnx-cpu.json ]; then cp target/device/onnx-cpu.json "$out/onnx-cpu.json"; export ONNX_DEVICES=cuda; fi
+step 150 bash tools/gpu/onnx.sh
+tar czf "$out/logs.tgz" -C "$out" logs $(cd "$out" && ls onnx-*.txt 2>/dev/null) && rm -rf "$out/logs"
