@@ -203,16 +203,22 @@ fn deep_mlp() -> (rlx_ir::Graph, rlx_ir::ValueId) {
     (g, loss)
 }
 
-#[test]
-fn rematerialised_steps_update_the_parameters_identically_in_less_memory() {
-    let (g, loss) = deep_mlp();
-    let config = TrainConfig::new(Optimizer::adamw(1e-2), Schedule::Constant(0.01));
-    let mut rng = rlx_train::init::Rng::new(3);
+/// Seeded inputs, targets and initial parameters for [`deep_mlp`].
+fn deep_mlp_data(seed: u64) -> (Tensor, Tensor, Vec<(String, Tensor)>) {
+    let mut rng = rlx_train::init::Rng::new(seed);
     let x = Init::Normal(1.0).tensor(&[64, 16], &mut rng);
     let y = Init::Normal(0.5).tensor(&[64, 16], &mut rng);
     let params: Vec<(String, Tensor)> = (0..8)
         .flat_map(|l| [(format!("w{l}"), Init::XavierUniform.tensor(&[16, 16], &mut rng)), (format!("b{l}"), Init::Normal(0.1).tensor(&[16], &mut rng))])
         .collect();
+    (x, y, params)
+}
+
+#[test]
+fn rematerialised_steps_update_the_parameters_identically_in_less_memory() {
+    let (g, loss) = deep_mlp();
+    let config = TrainConfig::new(Optimizer::adamw(1e-2), Schedule::Constant(0.01));
+    let (x, y, params) = deep_mlp_data(3);
     let session = Session::new(Arc::new(CpuBackend::new()));
     let mut trained = Vec::new();
     for remat in [Remat::KeepAll, Remat::Sqrt] {
@@ -237,12 +243,7 @@ fn rematerialised_steps_update_the_parameters_identically_in_less_memory() {
 fn a_mixed_precision_step_tracks_the_f32_step_over_f32_master_weights() {
     let (g, loss) = deep_mlp();
     let config = TrainConfig::new(Optimizer::adamw(1e-2), Schedule::Constant(0.01));
-    let mut rng = rlx_train::init::Rng::new(11);
-    let x = Init::Normal(1.0).tensor(&[64, 16], &mut rng);
-    let y = Init::Normal(0.5).tensor(&[64, 16], &mut rng);
-    let params: Vec<(String, Tensor)> = (0..8)
-        .flat_map(|l| [(format!("w{l}"), Init::XavierUniform.tensor(&[16, 16], &mut rng)), (format!("b{l}"), Init::Normal(0.1).tensor(&[16], &mut rng))])
-        .collect();
+    let (x, y, params) = deep_mlp_data(11);
     let session = Session::new(Arc::new(CpuBackend::new()));
     let mut runs = Vec::new();
     for precision in [Precision::Full, Precision::bf16()] {
