@@ -91,7 +91,7 @@ fn geometry(heads: usize, dims: [&[usize]; 4], kv: usize, mask: MaskKind, scale:
 }
 
 /// `Attention`: inputs `(q, k, v)` and the mask or bias of a `Custom` / `Bias` mask. f16/bf16
-/// heads of 64 or 128 channels masked by position run the tensor-core kernels
+/// heads of 64 or 128 channels masked by position or by a key mask run the tensor-core kernels
 /// ([`crate::source::flash`]) where [`flash_takes`] them; the rest the scalar kernel.
 pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Res {
     let (q, k, v) = (ins[0], ins[1], ins[2]);
@@ -123,9 +123,15 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
     if numel(out.dims) == 0 {
         return Ok(());
     }
-    if masking == Masking::Ranges && flash_takes(q.dtype, &args, &[q, k, v, out]) {
-        let f = e.kernel(flash::forward(q.dtype, d, false), op, &[q.dtype; 3])?;
-        let mut params = vec![ptr(out), ptr(q), ptr(k), ptr(v), Param::Ptr(0), Param::Ptr(0), Param::Ptr(0), Param::I64(0), Param::Attn(Box::new(args))];
+    let key_mask = match masking {
+        Masking::Ranges => Some(None),
+        Masking::Keys(m) => Some(Some(m)),
+        Masking::Bias(_) => None,
+    };
+    if let (Some(mask), true) = (key_mask, flash_takes(q.dtype, &args, &[q, k, v, out])) {
+        let f = e.kernel(flash::forward(q.dtype, d, false, mask), op, &[q.dtype; 3])?;
+        let kmask = if mask.is_some() { ptr(ins[3]) } else { Param::Ptr(0) };
+        let mut params = vec![ptr(out), ptr(q), ptr(k), ptr(v), Param::Ptr(0), Param::Ptr(0), Param::Ptr(0), Param::I64(0), kmask, Param::Attn(Box::new(args))];
         return flash_launch(e, f, (batch * heads, s_q.div_ceil(flash::FWD_ROWS)), (flash::forward_shared(d), d), &mut params);
     }
     let dtypes: Vec<_> = ins.iter().map(|a| a.dtype).collect();
@@ -200,10 +206,10 @@ pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: Ma
     let opt = |a: Option<Arg<'_, DevMem>>| a.map_or(Param::Ptr(0), ptr);
     let boxed = || Param::Attn(Box::new(args));
     let dt = [q.dtype; 4];
-    let f = e.kernel(flash::forward(q.dtype, d, true), op, &dt)?;
+    let f = e.kernel(flash::forward(q.dtype, d, true, None), op, &dt)?;
     let mut params = vec![Param::Ptr(0), ptr(q), ptr(k), ptr(v), ptr(dy)];
     params.extend(stats());
-    params.push(boxed());
+    params.extend([Param::Ptr(0), boxed()]);
     flash_launch(e, f, (bh, s_q.div_ceil(flash::FWD_ROWS)), (flash::forward_shared(d), d), &mut params)?;
     if dk.is_some() || dv.is_some() {
         let f = e.kernel(flash::key_grads(q.dtype, d), op, &dt)?;

@@ -179,7 +179,7 @@ fn attention_in_halves() {
 #[test]
 fn tensor_core_attention_in_halves() {
     let Some(gpu) = gpu() else { return };
-    // Heads of 64 and 128 in f16/bf16 masked by position run the tensor-core kernels: lengths
+    // Heads of 64 and 128 in f16/bf16 masked by position or by key run the tensor-core kernels: lengths
     // off the 128-row and 64-key tiles, more keys than queries, grouped heads, every layout;
     // more queries than keys with a causal mask (rows keeping no key) take the scalar kernel.
     for dtype in [DType::BF16, DType::F16] {
@@ -194,6 +194,13 @@ fn tensor_core_attention_in_halves() {
             let mut c = Case::new(4, (1, 2, 2), (150, 60), (d, d), MaskKind::Causal);
             c.dtype = dtype;
             c.check(&gpu);
+            // Key masks (BERT's padding), f32 or bool; batch item 0 keeps no key.
+            for (layout, heads, s, mask_dtype) in [(4, (3, 4, 2), 130, DType::F32), (3, (2, 2, 2), 77, DType::Bool)] {
+                let mut c = Case::new(layout, heads, (s, s), (d, d), MaskKind::Custom);
+                c.extra = Some((vec![heads.0, s], mask_dtype));
+                c.dtype = dtype;
+                c.check(&gpu);
+            }
         }
     }
     let mut c = Case::new(4, (2, 4, 2), (140, 140), (64, 64), MaskKind::Causal);

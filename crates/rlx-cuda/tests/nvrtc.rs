@@ -82,6 +82,9 @@ fn row_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
     for head_dim in [64, 128] {
         nodes.push((Op::Attention(Attention::new(4, head_dim, MaskKind::Causal)), vec![d; 3]));
         nodes.push((Op::AttentionBackwardAll(AttentionBackwardAll { num_heads: 4, head_dim, mask_kind: MaskKind::Causal }), vec![d; 4]));
+        for mask in [DType::F32, DType::F16, DType::BF16, DType::Bool] {
+            nodes.push((Op::Attention(Attention::new(4, head_dim, MaskKind::Custom)), vec![d, d, d, mask]));
+        }
     }
     for other in DTYPES {
         nodes.push((Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: Some(-100) }), vec![d, other]));

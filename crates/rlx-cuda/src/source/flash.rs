@@ -1,5 +1,7 @@
 //! FlashAttention-2-style attention on the tensor cores, for f16/bf16 heads of 64 or 128
-//! channels and masks by position (`None`, `Causal`, `SlidingWindow`), forward and backward.
+//! channels and masks by position (`None`, `Causal`, `SlidingWindow`), forward and backward;
+//! the forward also takes a `Custom` key mask (`[B, S_k]`, a key kept where ≥ 0.5: BERT's
+//! padding).
 //!
 //! Every kernel stages its tiles in shared memory with `cp.async` (rows padded by 16 bytes,
 //! so that `ldmatrix` reads them without bank conflicts), loading the next key or query
@@ -9,18 +11,21 @@
 //! - [`forward`]: a block of [`FWD_ROWS`] query rows (4 warps of 32 rows) walks the key tiles
 //!   of [`FWD_KEYS`] its rows may see (whole tiles past the causal edge or before the window
 //!   are skipped), keeping the online softmax (running max and sum) and the output in
-//!   registers. With `stats` it writes, instead of the output, each row's log-sum-exp (log2
+//!   registers. A key mask is staged beside each key tile as `0` / `−∞` added to the
+//!   scores. With `stats` it writes, instead of the output, each row's log-sum-exp (log2
 //!   units) and `Σ dO∘O` (the backward's `D`), from the f32 output.
 //! - [`key_grads`]: a block of [`BWD_KEYS`] keys (4 warps of 16) walks the query tiles of
 //!   [`BWD_ROWS`] that see them: `Sᵀ = K·Qᵀ`, `Pᵀ` from the statistics, `dPᵀ = V·dOᵀ`,
 //!   `dSᵀ = Pᵀ∘(dPᵀ − D)`, `dV += Pᵀ·dO`, `dK += dSᵀ·Q`.
 //! - [`query_grads`]: a block of [`BWD_ROWS`] query rows walks its key tiles: `dQ += dS·K`.
 //!
-//! Rows that keep no key (causal with more queries than keys) get uniform weights, as on the
-//! CPU: the forward leaves them to the scalar kernel; the backward adds their `dV` share.
+//! Rows that keep no key get uniform weights, as on the CPU: by position (causal with more
+//! queries than keys) the forward leaves them to the scalar kernel and the backward adds
+//! their `dV` share; by key mask (every key of a batch masked) the forward averages the
+//! values itself.
 
 use super::attention::ATTN;
-use super::{Source, PRELUDE};
+use super::{ctype, Source, PRELUDE};
 use rlx_ir::ops::attention::MaskKind;
 use rlx_ir::DType;
 
@@ -46,9 +51,10 @@ fn row_bytes(head: usize) -> usize {
     2 * (head + 8)
 }
 
-/// Dynamic shared memory of [`forward`]: the query block and two stages of key and value tiles.
+/// Dynamic shared memory of [`forward`]: the query block, two stages of key and value tiles
+/// and of the key mask.
 pub fn forward_shared(head: usize) -> usize {
-    (FWD_ROWS + 4 * FWD_KEYS) * row_bytes(head)
+    (FWD_ROWS + 4 * FWD_KEYS) * row_bytes(head) + 2 * FWD_KEYS * 4
 }
 
 /// Dynamic shared memory of [`key_grads`]: its keys and values, two stages of query and
@@ -136,12 +142,26 @@ __device__ __forceinline__ bool kept(int key, int at, int s_k, int causal, int w
 "#;
 
 /// Undefines the macros of a flash source, so that sources can share one NVRTC program.
-const END: &str = "#undef D\n#undef MMA_T\n#undef LOAD\n#undef LOG2E\n#undef S_\n#undef DT\n#undef KD\n#undef bt_at\n#undef RS\n#undef MT\n#undef NT\n#undef STATS\n#undef BR\n#undef BC\n#undef BN\n#undef BM\n";
+const END: &str = "#undef D\n#undef MMA_T\n#undef LOAD\n#undef LOG2E\n#undef S_\n#undef DT\n#undef KD\n#undef bt_at\n#undef RS\n#undef MT\n#undef NT\n#undef STATS\n#undef BR\n#undef BC\n#undef BN\n#undef BM\n#undef KEYMASK\n";
 
-/// The forward kernel (`stats`: the backward's statistics pass instead of the output).
-pub fn forward(d: DType, head: usize, stats: bool) -> Option<Source> {
-    let code = format!("{}#define STATS {}\n#define BR {FWD_ROWS}\n#define BC {FWD_KEYS}\n{FORWARD}{END}", prelude(d, head)?, stats as u8);
-    Some(Source { name: if stats { "attention statistics" } else { "flash attention" }, code })
+/// The forward kernel (`stats`: the backward's statistics pass instead of the output), with
+/// a `Custom` key mask of dtype `mask` (float or bool) where given.
+pub fn forward(d: DType, head: usize, stats: bool, mask: Option<DType>) -> Option<Source> {
+    let keys = match mask {
+        None => "#define KEYMASK 0\ntypedef u8 MK;\n".to_string(),
+        Some(m) => {
+            let mc = ctype(m).filter(|mc| mc.float || m == DType::Bool)?;
+            let value = mc.load("m[i]");
+            format!("#define KEYMASK 1\ntypedef {} MK;\n__device__ __forceinline__ bool keep_key(const MK* m, i64 i) {{ return (float){value} >= 0.5f; }}\n", mc.store)
+        }
+    };
+    let code = format!("{}{keys}#define STATS {}\n#define BR {FWD_ROWS}\n#define BC {FWD_KEYS}\n{FORWARD}{END}", prelude(d, head)?, stats as u8);
+    let name = match (stats, mask) {
+        (true, _) => "attention statistics",
+        (false, None) => "flash attention",
+        (false, Some(_)) => "flash attention, key mask",
+    };
+    Some(Source { name, code })
 }
 
 /// The kernels of `AttentionBackward(All)` over heads of `head` channels in dtype `d` with a
@@ -151,7 +171,7 @@ pub fn backward(d: DType, head: usize, mask: MaskKind) -> Option<Vec<Source>> {
     if mask.takes_input() {
         return None;
     }
-    Some(vec![forward(d, head, true)?, key_grads(d, head)?, query_grads(d, head)?])
+    Some(vec![forward(d, head, true, None)?, key_grads(d, head)?, query_grads(d, head)?])
 }
 
 /// The `dK`/`dV` kernel.
@@ -167,12 +187,14 @@ pub fn query_grads(d: DType, head: usize) -> Option<Source> {
 }
 
 /// Grid `(B·H, ⌈S_q / BR⌉)`, the last query blocks (the most keys when causal) first.
-/// `lse`/`dsum` (with `STATS`) are `[B·H, pad]`; `dy` has the output's strides.
+/// `lse`/`dsum` (with `STATS`) are `[B·H, pad]`; `dy` has the output's strides; `kmask`
+/// (with `KEYMASK`) has strides `a.mask[0]` (batch) and `a.mask[3]` (key).
 const FORWARD: &str = r#"#define MT 2          /* 16-row tiles per warp */
 #define NT (BC / 8)
-extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, float* __restrict__ lse, float* __restrict__ dsum, i64 pad, Attn a) {
+extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, float* __restrict__ lse, float* __restrict__ dsum, i64 pad, const MK* __restrict__ kmask, Attn a) {
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sQ = flash_sm;
+    float* sM = (float*)(flash_sm + (BR + 4 * BC) * S_);  /* [2][BC]: 0 for a kept key, -inf */
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = tid / DT;
     const i64 bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, hk = h / a.group;
     const i64 q0 = (i64)(gridDim.y - 1 - blockIdx.y) * BR;
@@ -200,6 +222,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, cons
             cp16(sKa + ((st * BC + r) * S_ + c * 8) * 2, kb + row * a.k[2] + c * 8, ok);
             cp16(sVa + ((st * BC + r) * S_ + c * 8) * 2, vb + row * a.v[2] + c * 8, ok);
         }
+#if KEYMASK
+        if (tid < BC) sM[st * BC + tid] = t0 + tid < a.s_k && keep_key(kmask, b * a.mask[0] + (t0 + tid) * a.mask[3]) ? 0.f : -INF;
+#endif
     };
     /* The position among the keys of this thread's rows: (mt, hf) is row w*32 + mt*16 + g + 8*hf. */
     int at[MT][2];
@@ -259,6 +284,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, cons
                     float x = s[mt][nt][i];
                     x = cap ? a.softcap * tanhf(x * a.scale / a.softcap) * LOG2E : x * sl2;
                     if (edge && !kept((int)t0 + nt * 8 + 2 * tq + (i & 1), at[mt][i >> 1], s_k, causal, window)) x = -INF;
+#if KEYMASK
+                    x += sM[st * BC + nt * 8 + 2 * tq + (i & 1)];
+#endif
                     s[mt][nt][i] = x;
                 }
 #pragma unroll
@@ -318,6 +346,29 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, cons
             l[mt][hf] = t;
             inv[mt][hf] = t > 0.f ? 1.f / t : 0.f;
         }
+#if KEYMASK && !STATS
+    /* Every key of this batch masked (so every row of the block): the mean of the values. */
+    if (l[0][0] == 0.f && a.s_k > 0) {
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            float v0 = 0.f, v1 = 0.f;
+            for (i64 key = 0; key < a.s_k; ++key) {
+                const u32 v2 = *(const u32*)(vb + key * a.v[2] + dt * 8 + 2 * tq);
+                v0 += LOAD((u16)(v2 & 0xffffu));
+                v1 += LOAD((u16)(v2 >> 16));
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    o[mt][dt][2 * hf] = v0;
+                    o[mt][dt][2 * hf + 1] = v1;
+                }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) inv[mt][0] = inv[mt][1] = 1.f / (float)a.s_k;
+    }
+#endif
 #if STATS
     const T* yb = dy + b * a.o[0] + h * a.o[1];
 #pragma unroll

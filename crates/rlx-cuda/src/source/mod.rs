@@ -403,8 +403,13 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
         Op::Attention(a) => {
             let mut sources = vec![attention::attention(d(0)?, masking(a.mask_kind, d(3))?)?];
-            if !a.mask_kind.takes_input() && a.v_head_dim.is_none_or(|v| v == a.head_dim) {
-                sources.extend(flash::forward(d(0)?, a.head_dim, false));
+            let key_mask = match a.mask_kind {
+                MaskKind::Custom => Some(Some(d(3)?)),
+                MaskKind::Bias => None,
+                _ => Some(None),
+            };
+            if let (Some(mask), true) = (key_mask, a.v_head_dim.is_none_or(|v| v == a.head_dim)) {
+                sources.extend(flash::forward(d(0)?, a.head_dim, false, mask));
             }
             sources.extend(match a.mask_kind {
                 MaskKind::None => decode::attention(d(0)?, None),
