@@ -22,6 +22,10 @@ pub struct Gpu {
     pub(crate) kernels: Kernels,
     /// `sm_XY` of the device, what NVRTC compiles for.
     pub(crate) arch: String,
+    /// Whether kernels launch as programmatic dependents of the one before (sm_90 and later,
+    /// unless `RLX_CUDA_PDL=0`): each launch overlaps the previous kernel's tail, which
+    /// matters where a step is hundreds of small kernels (decode).
+    pub(crate) chained: bool,
     ordinal: usize,
     /// Tells this opening's memory from others' (each has its own stream).
     pub(crate) id: u64,
@@ -94,6 +98,7 @@ impl Gpu {
             workspace,
             kernels: Kernels::default(),
             arch: format!("sm_{major}{minor}"),
+            chained: major >= 9 && std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0"),
             ordinal,
             id: OPENED.fetch_add(1, Ordering::Relaxed),
         }))

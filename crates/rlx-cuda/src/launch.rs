@@ -103,7 +103,30 @@ pub fn grid(gpu: &Gpu, f: sys::CUfunction, grid: (u32, u32, u32), block: (u32, u
             Param::Attn(v) => &mut **v as *mut AttnArgs as *mut c_void,
         })
         .collect();
-    // SAFETY: `f` is a loaded kernel whose parameter list the generated source gives in this
-    // order and these types; `ptrs` point into `params`, alive for the call.
-    unsafe { cu::launch_kernel(f, grid, block, shared, gpu.stream, &mut ptrs) }.map_err(|e| format!("launching the kernel: {e:?}"))
+    if !gpu.chained {
+        // SAFETY: `f` is a loaded kernel whose parameter list the generated source gives in
+        // this order and these types; `ptrs` point into `params`, alive for the call.
+        return unsafe { cu::launch_kernel(f, grid, block, shared, gpu.stream, &mut ptrs) }.map_err(|e| format!("launching the kernel: {e:?}"));
+    }
+    // SAFETY: plain data; the union's field is the one the attribute's id names.
+    let mut chain: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    chain.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    chain.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: shared,
+        hStream: gpu.stream,
+        attrs: &mut chain,
+        numAttrs: 1,
+    };
+    // SAFETY: as above; every generated kernel begins with `CHAIN()`, so none reads the
+    // previous kernel's output before it is complete and visible.
+    unsafe { sys::cuLaunchKernelEx(&config, f, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .map_err(|e| format!("launching the kernel: {e:?}"))
 }

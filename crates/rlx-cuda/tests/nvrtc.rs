@@ -147,3 +147,27 @@ fn every_generated_kernel_compiles_for_sm_90() {
     }
     eprintln!("{} kernels compile for sm_90", sources.len());
 }
+
+/// Kernels launch as programmatic dependents of the one before (sm_90), so each must wait
+/// for it (`CHAIN()`) before touching memory: the first statement of every entry point.
+#[test]
+fn every_kernel_begins_by_waiting_for_the_one_before() {
+    for s in every_source() {
+        let entry = s.code.find(" k(").unwrap_or_else(|| panic!("the {} kernel has no entry `k`", s.name));
+        let (mut depth, mut close) = (0, entry);
+        for (i, c) in s.code[entry..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' if depth == 1 => {
+                    close = entry + i;
+                    break;
+                }
+                ')' => depth -= 1,
+                _ => {}
+            }
+        }
+        let body = &s.code[close..];
+        let body = body[body.find('{').expect("a body") + 1..].trim_start();
+        assert!(body.starts_with("CHAIN();"), "the {} kernel does not begin with CHAIN():\n{}", s.name, s.code);
+    }
+}

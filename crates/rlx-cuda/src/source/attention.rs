@@ -78,6 +78,7 @@ pub fn attention(d: DType, masking: Masking) -> Option<Source> {
         "{PRELUDE}{ROWS}{ATTN}typedef {store} T;
 #define KT {KEY_TILE}
 extern \"C\" __global__ void __launch_bounds__({threads}) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const {mask_type}* __restrict__ mask, Attn a) {{
+    CHAIN();
     extern __shared__ float sm[];
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const i64 d = a.d, dv = a.dv;
@@ -172,6 +173,7 @@ pub fn rope(d: DType, table: DType) -> Option<Source> {
         "{PRELUDE}typedef {store} T;
 typedef {compute} acc_t;
 extern \"C\" __global__ void k(T* __restrict__ out, const T* __restrict__ x, const {ts}* __restrict__ cos_t, const {ts}* __restrict__ sin_t, i64 n, i64 width, i64 seq, i64 head_dim, i64 n_rot, i64 stride, int gptj, int negate) {{
+    CHAIN();
     EACH(e, n) {{
         const i64 ch = e % head_dim;
         if (ch >= n_rot) {{ out[e] = x[e]; continue; }}

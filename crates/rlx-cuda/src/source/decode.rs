@@ -32,6 +32,7 @@ pub fn attention(d: DType, bias: Option<DType>) -> Option<Source> {
 extern "C" __global__ void __launch_bounds__({threads}) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const {mask_type}* __restrict__ mask,
     i64 qb, i64 qh, i64 kb, i64 kh, i64 kr, i64 vb, i64 vh, i64 vr, i64 ob, i64 oh, i64 mb, i64 mh, i64 mk,
     i64 heads, i64 group, i64 s_k, i64 d, i64 chunk, float scale, float softcap, float* partial, unsigned* count) {{
+    CHAIN();
     __shared__ float wm[{WARPS}], wl[{WARPS}], wacc[{WARPS}][{width}];
     __shared__ int last;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, per = (int)(d / 32);

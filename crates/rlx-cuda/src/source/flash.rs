@@ -192,6 +192,7 @@ pub fn query_grads(d: DType, head: usize) -> Option<Source> {
 const FORWARD: &str = r#"#define MT 2          /* 16-row tiles per warp */
 #define NT (BC / 8)
 extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, float* __restrict__ lse, float* __restrict__ dsum, i64 pad, const MK* __restrict__ kmask, Attn a) {
+    CHAIN();
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sQ = flash_sm;
     float* sM = (float*)(flash_sm + (BR + 4 * BC) * S_);  /* [2][BC]: 0 for a kept key, -inf */
@@ -415,6 +416,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, cons
 /// pad]` with `pad` a multiple of `BM`, zero past `S_q`.
 const KEY_GRADS: &str = r#"#define NT (BM / 8)
 extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ dsum, i64 pad, Attn a) {
+    CHAIN();
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sK = flash_sm;
     u16* sV = sK + BN * S_;
@@ -568,6 +570,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ dk, T* __
 /// Grid `(B·H, ⌈S_q / BM⌉)`, the last query blocks first; statistics as for `KEY_GRADS`.
 const QUERY_GRADS: &str = r#"#define NT (BN / 8)
 extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, const float* __restrict__ lse, const float* __restrict__ dsum, i64 pad, Attn a) {
+    CHAIN();
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sQ = flash_sm;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = tid / DT;

@@ -66,7 +66,7 @@ pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
     let last = steps.len() - 1;
     let store = ctype(steps[last])?.store(&format!("s{last}"));
     let code = format!(
-        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}) {{\n    const bool narrow = n <= 0xffffffffll;\n    EACH(g, n) {{\n{body}        out[g] = {store};\n    }}\n}}\n"
+        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}) {{\n    CHAIN();\n    const bool narrow = n <= 0xffffffffll;\n    EACH(g, n) {{\n{body}        out[g] = {store};\n    }}\n}}\n"
     );
     Some(Source { name: "elementwise region", code })
 }

@@ -34,6 +34,7 @@ __device__ __forceinline__ void fma8(float* acc, uint4 w, float x) {{
     acc[4] += x * lo(w.z); acc[5] += x * hi(w.z); acc[6] += x * lo(w.w); acc[7] += x * hi(w.w);
 }}
 extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const u16* __restrict__ x, const u16* __restrict__ w, i64 K, i64 N, i64 rows, float* partial, unsigned* count) {{
+    CHAIN();
     __shared__ float red[{WARPS}][{TILE}];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -1,6 +1,7 @@
 //! CUDA C for every kernel the backend launches, generated from the op and its dtypes alone
 //! (never from shapes, which arrive as arguments), so one compiled kernel serves every shape.
-//! Each source defines `extern "C" __global__ void k(...)`. Activations and their derivatives
+//! Each source defines `extern "C" __global__ void k(...)`, whose body begins with `CHAIN()`
+//! (programmatic dependent launch, see [`PRELUDE`]). Activations and their derivatives
 //! come from the IR's expression table ([`rlx_ir::ops::elementwise::emit`]). Row kernels
 //! (softmax, norms, arg-extrema, scans, cross-entropy) are in [`rows`], attention and rotary
 //! embeddings in [`attention`].
@@ -54,6 +55,14 @@ __device__ __forceinline__ u16 bf16_store(float f) {
 }
 __device__ __forceinline__ float f16_load(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ u16 f16_store(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+/* Programmatic dependent launch (sm_90+, launched so by crate::launch): lets the stream's
+   next kernel begin launching, then waits until the previous kernel has finished and its
+   writes are visible. First in every kernel, before it touches memory; a no-op elsewhere. */
+#if __CUDA_ARCH__ >= 900
+#define CHAIN() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define CHAIN()
+#endif
 #define EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 "#;
 
@@ -134,7 +143,7 @@ fn map(name: &'static str, out: DType, ins: &[DType], defs: &str, expr: &str) ->
         body += &format!("        {} {v} = {};\n", c.compute, c.load(&format!("in{i}[(plain >> {i} & 1) ? i : walk(w, {i}, i)]")));
     }
     let code = format!(
-        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}, i64 n, Walk w, int plain) {{\n    EACH(i, n) {{\n{body}        out[i] = {};\n    }}\n}}\n",
+        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}, i64 n, Walk w, int plain) {{\n    CHAIN();\n    EACH(i, n) {{\n{body}        out[i] = {};\n    }}\n}}\n",
         o.store(expr)
     );
     Some(Source { name, code })
@@ -258,7 +267,7 @@ pub fn copy(size: usize) -> Option<Source> {
         _ => return None,
     };
     let code = format!(
-        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, i64 n, Walk w, i64 out_base, i64 in_base) {{\n    EACH(i, n) {{ out[out_base + walk(w, 1, i)] = in[in_base + walk(w, 0, i)]; }}\n}}\n"
+        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, i64 n, Walk w, i64 out_base, i64 in_base) {{\n    CHAIN();\n    EACH(i, n) {{ out[out_base + walk(w, 1, i)] = in[in_base + walk(w, 0, i)]; }}\n}}\n"
     );
     Some(Source { name: "copy", code })
 }
@@ -271,6 +280,7 @@ pub fn gather(size: usize, index: DType) -> Option<Source> {
     let i = ctype(index).filter(|c| !c.float && index != DType::Bool)?;
     let code = format!(
         "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, const {it}* __restrict__ idx, i64 n, i64 inner, i64 count, i64 extent, i64* err) {{
+    CHAIN();
     EACH(i, n) {{
         i64 r = i % inner, q = i / inner, j = q % count, o = q / count;
         i64 at = (i64)idx[j];
@@ -295,6 +305,7 @@ pub fn gather_backward(d: DType, index: DType) -> Option<Source> {
     let i = ctype(index).filter(|c| !c.float && index != DType::Bool && d == DType::F32)?;
     let code = format!(
         "{PRELUDE}extern \"C\" __global__ void k(float* __restrict__ out, const float* __restrict__ dy, const {it}* __restrict__ idx, i64 n, i64 inner, i64 count, i64 extent, i64* err) {{
+    CHAIN();
     EACH(i, n) {{
         i64 r = i % inner, q = i / inner, j = q % count, o = q / count;
         i64 at = (i64)idx[j];
@@ -319,6 +330,7 @@ pub fn kv_write(size: usize) -> Option<Source> {
     let t = ["u8", "u16", "", "u32", "", "", "", "u64"].get(size.checked_sub(1)?).filter(|t| !t.is_empty())?;
     let code = format!(
         "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ cache, const {t}* __restrict__ rows, const i64* __restrict__ at, i64 pos, i64 n, i64 steps, i64 inner, i64 cap, i64 axis, i64* err) {{
+    CHAIN();
     const i64 p = at ? at[0] : pos;
     if (p < 0 || p > cap - steps) {{
         if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS((unsigned long long*)err, 0ull, 2ull) == 0ull) {{ err[1] = p; err[2] = steps; err[3] = cap; err[4] = axis; }}
@@ -347,6 +359,7 @@ pub fn reduce(op: ReduceOp, d: DType) -> Option<Source> {
     let code = format!(
         "{PRELUDE}typedef {acc} acc_t;
 extern \"C\" __global__ void k({s}* __restrict__ out, const {s}* __restrict__ in, i64 n, Walk kept, Walk red, i64 m) {{
+    CHAIN();
     EACH(i, n) {{
         const {s}* base = in + walk(kept, 0, i);
         acc_t acc = {init};

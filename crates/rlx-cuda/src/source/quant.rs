@@ -89,6 +89,7 @@ pub fn dequant_matmul(t: GgufType, a: Activations) -> Option<Source> {
     let code = format!(
         r#"{PRELUDE}__device__ __forceinline__ float half_at(const u8* p) {{ return f16_load((u16)(p[0] | (p[1] << 8))); }}
 extern "C" __global__ void k(float* __restrict__ out, const float* __restrict__ x, const u8* __restrict__ w, i64 K, i64 N) {{
+    CHAIN();
     const int lane = threadIdx.x & 31;
     const i64 m = blockIdx.y, n = (i64)blockIdx.x * {ROWS} + (threadIdx.x >> 5);
     const float* xr = x + m * K;

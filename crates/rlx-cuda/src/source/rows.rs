@@ -93,6 +93,7 @@ pub fn softmax(d: DType) -> Option<Source> {
     let exp = math(&c, "exp");
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, int per_warp) {{
+    CHAIN();
 {ROW}    const T* xr = x + base;
     T* yr = out + base;
     acc_t m = -(acc_t)INF;
@@ -152,6 +153,7 @@ pub fn norm(norm: Norm, d: DType) -> Option<Source> {
     let y = c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, i64 inner, float eps, int per_warp) {{
+    CHAIN();
 {ROW}    const T* xr = x + base;
     T* yr = out + base;
 {stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j * inner] = {y};
@@ -175,6 +177,7 @@ pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
     let y = c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ bias, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, Walk rw, i64 res_last, float eps, int per_warp) {{
+    CHAIN();
     const i64 inner = 1;
 {ROW}    const T* xr = x + base;
     const T* rr = res + walk(rw, 0, l.row);
@@ -234,6 +237,7 @@ __device__ __forceinline__ void warp_best(key_t& v, i64& i) {{
     }}
 }}
 extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(i64* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, int per_warp) {{
+    CHAIN();
     __shared__ key_t vs[32];
     __shared__ i64 is[32];
 {ROW}    const T* xr = x + base;
@@ -287,6 +291,7 @@ pub fn scan(op: Scan, d: DType) -> Option<Source> {
         "{PRELUDE}{ROWS}typedef {store} T;
 typedef {acc} acc_t;
 extern \"C\" __global__ void k(T* __restrict__ out, const T* __restrict__ x, i64 lanes, i64 n, i64 inner, int exclusive, int reverse) {{
+    CHAIN();
     EACH(r, lanes) {{
         const i64 base = (r / inner) * n * inner + r % inner;
         acc_t a = {init};
@@ -316,6 +321,7 @@ pub fn sparse_cross_entropy(d: DType, labels: DType) -> Option<Source> {
     let (exp, log) = (math(&c, "exp"), math(&c, "log"));
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {ls}* __restrict__ labels, i64 rows, i64 n, int has_ignore, i64 ignore, i64* err, int per_warp) {{
+    CHAIN();
     const i64 inner = 1;
 {ROW}    const i64 label = {label};
     if (has_ignore && label == ignore) {{
