@@ -73,10 +73,11 @@ fn main() {
         let data: Vec<Tensor> = (0..4).map(|i| values(&dims, 11 + i)).collect();
         let inputs: Vec<(&str, &Tensor)> = ["q", "k", "v", "dy"].into_iter().zip(&data).collect();
         let mut g = Graph::new();
-        let x: Vec<_> = inputs.iter().map(|(n, _)| g.input(n, ty.clone())).collect();
+        let mut x: Vec<_> = inputs[..3].iter().map(|(n, _)| g.input(n, ty.clone())).collect();
         let y = g.attention(Attention::new(h, d, mask_kind), x[0], x[1], x[2], None).expect("attention");
         g.set_outputs(vec![y]).expect("one output");
         let forward = time(&session, &g, &inputs[..3]);
+        x.push(g.input("dy", ty.clone()));
         let grads = g.attention_backward_all(AttentionBackwardAll { num_heads: h, head_dim: d, mask_kind }, x[0], x[1], x[2], x[3], None).expect("gradients");
         g.set_outputs([vec![y], grads].concat()).expect("four outputs");
         let both = time(&session, &g, &inputs);

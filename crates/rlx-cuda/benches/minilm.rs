@@ -59,10 +59,10 @@ fn main() {
             c.set_profiling(true);
             c.submit(&inputs).expect("the encoder runs");
             c.sync().expect("the device finishes");
-            c.set_profiling(false);
             for (op, calls, time) in c.profile().by_op().into_iter().take(8) {
                 println!("  {op:<28} {calls:>4} nodes {:>8.3} ms", time.as_secs_f64() * 1e3);
             }
+            c.set_profiling(false);
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
 use crate::memory::DevMem;
 use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
-use crate::{attention, decode, fuse, kv, matmul, quant, rows, source};
+use crate::{attention, decode, fuse, kv, matmul, quant, reduce, rows, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result};
@@ -181,24 +181,7 @@ impl CudaEngine {
                 ];
                 elementwise(&self.gpu, f, numel(dy.dims), &mut params)
             }
-            Op::Reduce(r) => {
-                let x = ins[0];
-                let f = self.kernel(source::reduce(r.op, x.dtype), op, &[x.dtype])?;
-                let own = contiguous(x.dims);
-                let split = |reduced: bool| -> (Vec<usize>, Vec<i64>) {
-                    (0..x.dims.len()).filter(|a| r.axes.contains(a) == reduced).map(|a| (x.dims[a], own[a])).unzip()
-                };
-                let ((kept, ks), (red, rs)) = (split(false), split(true));
-                let mut params = vec![
-                    Param::Ptr(out.buf.at(out.offset)),
-                    Param::Ptr(x.buf.at(x.offset)),
-                    Param::I64(numel(&kept) as i64),
-                    Param::Walk(Box::new(Walk::new(&kept, &[ks])?)),
-                    Param::Walk(Box::new(Walk::new(&red, &[rs])?)),
-                    Param::I64(numel(&red) as i64),
-                ];
-                elementwise(&self.gpu, f, numel(&kept), &mut params)
-            }
+            Op::Reduce(r) => reduce::reduce(self, op, r, ins[0], out),
             Op::MatMul(_) => matmul::matmul(self, ins[0], ins[1], out),
             Op::DequantMatMul(q) => quant::dequant_matmul(self, op, q, ins, out),
             Op::Softmax(s) => rows::softmax(self, op, s.axis, ins[0], out),

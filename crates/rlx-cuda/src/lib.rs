@@ -18,6 +18,7 @@ mod lt;
 mod matmul;
 mod memory;
 mod quant;
+mod reduce;
 mod report;
 mod rows;
 pub mod source;

@@ -35,6 +35,11 @@ pub struct Split {
 }
 
 impl Split {
+    /// The device's multiprocessor count.
+    pub(crate) fn sms(&self) -> usize {
+        self.sms
+    }
+
     pub fn new(gpu: &std::sync::Arc<Gpu>) -> rlx_runtime::Result<Split> {
         let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("reading the multiprocessor count"))?;
         Ok(Split { partial: DevMem::zeroed(gpu, PARTIAL * 4)?, count: DevMem::zeroed(gpu, COUNTS * 4)?, sms: sms.max(1) as usize })

@@ -33,6 +33,8 @@ pub enum Outcome {
     Missing,
     /// Left for the host, which claims it, in a segment of its own.
     Host,
+    /// Formed by the fuse pass after legalization from nodes counted above; runs natively.
+    Fused,
 }
 
 impl Outcome {
@@ -44,6 +46,7 @@ impl Outcome {
             Outcome::Rewritten => "rewritten",
             Outcome::Missing => "missing",
             Outcome::Host => "host fallback",
+            Outcome::Fused => "fused",
         }
     }
 }
@@ -69,7 +72,8 @@ fn unclaimed(kind: OpKind) -> Outcome {
     }
 }
 
-/// Per op kind of the source graph: how many of its nodes had each outcome.
+/// Per op kind of the source graph: how many of its nodes had each outcome; and per fused
+/// kind, how many nodes the fuse pass formed ([`Outcome::Fused`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DispatchReport {
     pub backend: String,
@@ -90,6 +94,25 @@ impl DispatchReport {
             }
         }
         *outcomes.entry(Outcome::Host).or_default() += 1;
+    }
+
+    /// Counts the nodes that fusion formed: of each kind, how many more `fused` holds than
+    /// `legal`, the graph it was fused from.
+    pub fn add_fused(&mut self, legal: &Graph, fused: &Graph) {
+        let tally = |g: &Graph| {
+            let mut n: BTreeMap<OpKind, usize> = BTreeMap::new();
+            for node in g.nodes() {
+                *n.entry(node.op.kind()).or_default() += 1;
+            }
+            n
+        };
+        let before = tally(legal);
+        for (kind, n) in tally(fused) {
+            let formed = n.saturating_sub(before.get(&kind).copied().unwrap_or(0));
+            if formed > 0 {
+                *self.kinds.entry(kind).or_default().entry(Outcome::Fused).or_default() += formed;
+            }
+        }
     }
 
     /// How many nodes of `kind` had `outcome`.
@@ -311,6 +334,28 @@ mod tests {
         %2 = ReluBackward()(%0, %1)
         %3 = Fma()(%0, %1, %2)
         return %3";
+
+    #[test]
+    fn nodes_the_fuse_pass_formed_count_as_fused() {
+        let legal = parse(
+            "%0 = Input(name:\"x\",ty:(dtype:F32,shape:[3]))()
+            %1 = Binary(op:Mul)(%0, %0)
+            %2 = Binary(op:Add)(%1, %0)
+            return %2",
+        )
+        .unwrap();
+        let fused = parse(
+            "%0 = Input(name:\"x\",ty:(dtype:F32,shape:[3]))()
+            %1 = ElementwiseRegion(chain:[Binary(Mul,Input(0),Input(0)),Binary(Add,Step(0),Input(0))],num_inputs:1,scalar_input_mask:0,input_modulus:(0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0),prologue:None,prologue_input:0)(%0)
+            return %1",
+        )
+        .unwrap();
+        let mut report = DispatchReport::default();
+        report.add_fused(&legal, &fused);
+        assert_eq!(report.count(OpKind::ElementwiseRegion, Outcome::Fused), 1, "{report}");
+        assert_eq!(report.count(OpKind::Binary, Outcome::Fused), 0, "{report}");
+        assert_eq!(report.count(OpKind::Input, Outcome::Fused), 0, "{report}");
+    }
 
     #[test]
     fn decomposes_unclaimed_ops_into_claimed_ones() {

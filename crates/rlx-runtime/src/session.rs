@@ -68,8 +68,14 @@ impl Session {
         let optimized = if self.options.optimize { rlx_opt::optimize(graph, eval)? } else { graph.clone() };
         let device = self.backend.claims();
         let host = self.host.as_ref().filter(|h| h.name() != self.backend.name());
-        let (legal, report) = rlx_opt::legalize::legalize_with_host(&optimized, self.backend.name(), device, host.map(|h| h.claims()))?;
-        let legal = if self.options.fuse { rlx_opt::fuse(&legal, device)? } else { legal };
+        let (legal, mut report) = rlx_opt::legalize::legalize_with_host(&optimized, self.backend.name(), device, host.map(|h| h.claims()))?;
+        let legal = if self.options.fuse {
+            let fused = rlx_opt::fuse(&legal, device)?;
+            report.add_fused(&legal, &fused);
+            fused
+        } else {
+            legal
+        };
         let split = match host {
             Some(_) => Some(partition(&legal, &|id| {
                 let node = legal.node(id);

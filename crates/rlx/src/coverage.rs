@@ -103,7 +103,7 @@ pub fn totals(backends: &[Column]) -> Vec<Totals> {
             for (_, cells) in &m {
                 let cell = cells[i];
                 match cell.outcome {
-                    Outcome::Native | Outcome::Cast => t.native += 1,
+                    Outcome::Native | Outcome::Cast | Outcome::Fused => t.native += 1,
                     Outcome::CommonIr => t.common_ir += 1,
                     Outcome::Rewritten => t.rewritten += 1,
                     Outcome::Missing => t.missing += 1,

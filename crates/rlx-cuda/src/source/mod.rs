@@ -12,13 +12,13 @@ pub mod flash;
 pub mod fused;
 pub mod matmul;
 pub mod quant;
+pub mod reduce;
 pub mod rows;
 
 use attention::Masking;
 use rlx_ir::ops::attention::MaskKind;
 use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::quant::QuantScheme;
-use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Op};
 use rows::{Norm, Scan};
 
@@ -344,38 +344,6 @@ pub fn kv_write(size: usize) -> Option<Source> {
     Some(Source { name: "kv append", code })
 }
 
-/// `Reduce` of a float dtype, one output element per thread: walk 0 over the output gives
-/// the first input element, walk 1 over the reduced axes the rest; accumulates in `float`
-/// (`double` for f64).
-pub fn reduce(op: ReduceOp, d: DType) -> Option<Source> {
-    let c = ctype(d).filter(|c| c.float)?;
-    let (init, step) = match op {
-        ReduceOp::Sum | ReduceOp::Mean => ("0", "acc += v"),
-        ReduceOp::Prod => ("1", "acc *= v"),
-        ReduceOp::Max => ("-(acc_t)__int_as_float(0x7f800000)", "acc = (v > acc || v != v) ? v : acc"),
-        ReduceOp::Min => ("(acc_t)__int_as_float(0x7f800000)", "acc = (v < acc || v != v) ? v : acc"),
-    };
-    let finish = if op == ReduceOp::Mean { "acc / (acc_t)m" } else { "acc" };
-    let code = format!(
-        "{PRELUDE}typedef {acc} acc_t;
-extern \"C\" __global__ void k({s}* __restrict__ out, const {s}* __restrict__ in, i64 n, Walk kept, Walk red, i64 m) {{
-    CHAIN();
-    EACH(i, n) {{
-        const {s}* base = in + walk(kept, 0, i);
-        acc_t acc = {init};
-        for (i64 r = 0; r < m; ++r) {{ acc_t v = {load}; {step}; }}
-        out[i] = {store};
-    }}
-}}
-",
-        acc = c.compute,
-        s = c.store,
-        load = c.load("base[walk(red, 0, r)]"),
-        store = c.store(finish),
-    );
-    Some(Source { name: "reduce", code })
-}
-
 /// The generated kernels a node of `op` over inputs of `dtypes` launches (empty for byte
 /// copies and cuBLAS products), or `None` when the backend has no kernel for it: what the
 /// claims, the compile-time build and the NVRTC check in CI all read.
@@ -395,7 +363,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
         Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
-        Op::Reduce(r) => reduce(r.op, d(0)?).map(|s| vec![s]),
+        Op::Reduce(r) => reduce::all(r.op, d(0)?),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
         Op::DequantMatMul(q) => match (&q.scheme, d(0)?, d(1)?) {
             (QuantScheme::Gguf(t), DType::F32, DType::U8) => quant::dequant_matmul(*t, q.activations).map(|s| vec![s]),
