@@ -185,7 +185,7 @@ class Graph:
         return self.op(f"LayerNorm(axis:{axis},eps:{float(eps)!r})", x, gamma, beta)
 
     def softmax_cross_entropy(self, logits: Value, targets: Value) -> Value:
-        """Mean cross-entropy of `logits` [N, C] against probability rows `targets` [N, C]."""
+        """Per-row cross-entropy of `logits` [.., C] against probability rows `targets` [.., C]."""
         return self.op("SoftmaxCrossEntropy()", logits, targets)
 
     # Shapes.

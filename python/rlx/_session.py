@@ -8,14 +8,6 @@ from typing import Any, Mapping, Sequence
 
 from . import _rlx
 
-_ORT_TYPES = {
-    "float32": "tensor(float)", "float64": "tensor(double)", "float16": "tensor(float16)",
-    "bfloat16": "tensor(bfloat16)", "int8": "tensor(int8)", "int16": "tensor(int16)",
-    "int32": "tensor(int32)", "int64": "tensor(int64)", "uint8": "tensor(uint8)",
-    "uint16": "tensor(uint16)", "uint32": "tensor(uint32)", "uint64": "tensor(uint64)",
-    "bool": "tensor(bool)", "complex64": "tensor(complex64)",
-}
-
 _PROVIDERS = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda"}
 
 
@@ -23,10 +15,10 @@ class NodeArg:
     """An input or output as onnxruntime describes it: name, shape (ints, symbol names) and
     type (`tensor(float)`, ...)."""
 
-    def __init__(self, name: str, dtype: str | None, shape: list | None):
+    def __init__(self, name: str, type: str, shape: list | None):
         self.name = name
+        self.type = type
         self.shape = shape
-        self.type = _ORT_TYPES.get(dtype, f"tensor({dtype})") if dtype else None
 
     def __repr__(self) -> str:
         return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
@@ -64,9 +56,6 @@ class InferenceSession:
             path_or_bytes = os.fspath(path_or_bytes)
         self._device = _device(providers, device)
         self._s = _rlx.OnnxSession(path_or_bytes, self._device)
-        self._refresh()
-
-    def _refresh(self) -> None:
         self._outputs = [NodeArg(*o) for o in self._s.outputs()]
         self._index = {o.name: i for i, o in enumerate(self._outputs)}
 
@@ -82,8 +71,6 @@ class InferenceSession:
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None) -> list:
         """The outputs named (all when `output_names` is None or empty), as NumPy arrays."""
         out = self._s.run(input_feed if isinstance(input_feed, dict) else dict(input_feed))
-        if not self._outputs:
-            self._refresh()
         if not output_names:
             return out
         try:

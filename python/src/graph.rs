@@ -4,6 +4,7 @@
 use crate::array::{numpy_name, parse_dtype, to_numpy, to_tensor};
 use crate::error::{self, RlxError};
 use crate::device::session;
+use crate::lock::lock;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rlx::ir::text;
@@ -156,9 +157,6 @@ impl Compiled {
         Compiled { compiled: Mutex::new(compiled), inputs, params }
     }
 
-    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, CompiledGraph>> {
-        self.compiled.lock().map_err(|_| RlxError::new_err("an earlier run of this graph panicked"))
-    }
 
     /// The graph's input tensors from a dict of arrays (`None` values are skipped).
     pub fn tensors(&self, feed: &Bound<'_, PyDict>) -> PyResult<Vec<(String, Tensor)>> {
@@ -185,14 +183,14 @@ impl Compiled {
     fn set_param(&self, py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let dtype = self.params.iter().find(|(n, _)| n == name).map(|(_, t)| t.dtype);
         let t = to_tensor(value, dtype)?;
-        let mut guard = self.lock()?;
+        let mut guard = lock(py, &self.compiled)?;
         let compiled = &mut *guard;
         py.detach(|| compiled.set_param(name, t)).map_err(error::runtime)
     }
 
     /// A parameter's current value.
     fn param<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.lock()?.param(name).map_err(error::runtime)?;
+        let t = lock(py, &self.compiled)?.param(name).map_err(error::runtime)?;
         to_numpy(py, t)
     }
 
@@ -207,8 +205,8 @@ impl Compiled {
     }
 
     /// The dispatch report: how each op kind was handled for the device.
-    fn report(&self) -> PyResult<String> {
-        Ok(self.lock()?.report().to_string())
+    fn report(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(lock(py, &self.compiled)?.report().to_string())
     }
 }
 
@@ -216,7 +214,7 @@ impl Compiled {
     /// Runs, with rlx's errors as their Python exceptions.
     pub fn run_checked(&self, py: Python<'_>, named: &[(String, Tensor)]) -> PyResult<Vec<Tensor>> {
         let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let mut guard = self.lock()?;
+        let mut guard = lock(py, &self.compiled)?;
         let compiled = &mut *guard;
         py.detach(|| compiled.run(&inputs)).map_err(error::runtime)
     }

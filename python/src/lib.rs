@@ -6,6 +6,7 @@ mod array;
 mod device;
 mod error;
 mod graph;
+mod lock;
 mod models;
 mod onnx;
 mod train;

@@ -10,11 +10,8 @@ use rlx::models::bpe::BpeTokenizer;
 use rlx::models::llama::{sample, GgufModel, Generator, HfModel, Llama, Rng, Sampling};
 use rlx::Tensor;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-fn lock<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
-    m.lock().map_err(|_| RlxError::new_err("an earlier call on this model panicked"))
-}
+use crate::lock::lock;
+use std::sync::{Arc, Mutex};
 
 /// Sentence embeddings from a sentence-transformers folder (`config.json`,
 /// `model.safetensors`, `tokenizer.json`, `modules.json`).
@@ -43,14 +40,14 @@ impl Embedder {
 
     /// Texts are cut to this many tokens.
     #[getter]
-    fn max_seq_length(&self) -> PyResult<usize> {
-        Ok(lock(&self.encoder)?.max_len)
+    fn max_seq_length(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(lock(py, &self.encoder)?.max_len)
     }
 
     /// One row of `dim` floats per text, in batches of `batch_size` texts.
     #[pyo3(signature = (texts, batch_size = 32))]
     fn embed<'py>(&self, py: Python<'py>, texts: Vec<String>, batch_size: usize) -> PyResult<Bound<'py, PyAny>> {
-        let mut guard = lock(&self.encoder)?;
+        let mut guard = lock(py, &self.encoder)?;
         let encoder = &mut *guard;
         let dim = self.dim;
         let flat = py
@@ -67,8 +64,8 @@ impl Embedder {
     }
 
     /// WordPiece ids of a text, `[CLS]` and `[SEP]` included.
-    fn tokenize(&self, text: &str) -> PyResult<Vec<u32>> {
-        let encoder = lock(&self.encoder)?;
+    fn tokenize(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
+        let encoder = lock(py, &self.encoder)?;
         Ok(encoder.tokenizer.encode(text, encoder.max_len))
     }
 }
@@ -184,7 +181,7 @@ impl TokenStream {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<(u32, String)>> {
-        let mut state = lock(&self.state)?;
+        let mut state = lock(py, &self.state)?;
         if state.left == 0 {
             return Ok(None);
         }

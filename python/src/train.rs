@@ -2,6 +2,7 @@
 
 use crate::array::{to_numpy, to_tensor};
 use crate::device::session;
+use crate::lock::lock;
 use crate::error::{self, RlxError};
 use crate::graph::{Handle, PyGraph};
 use pyo3::prelude::*;
@@ -66,52 +67,47 @@ impl PyTrainer {
             named.push((k.extract::<String>()?, to_tensor(&v, None)?));
         }
         let inputs: Vec<(&str, &rlx::Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let mut guard = self.lock()?;
+        let mut guard = lock(py, &self.trainer)?;
         let trainer = &mut *guard;
         py.detach(|| trainer.step(&inputs)).map_err(train)
     }
 
     fn set_param(&self, py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let t = to_tensor(value, None)?;
-        let mut guard = self.lock()?;
+        let mut guard = lock(py, &self.trainer)?;
         let trainer = &mut *guard;
         py.detach(|| trainer.set_param(name, t)).map_err(train)
     }
 
     fn param<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.lock()?.param(name).map_err(train)?;
+        let t = lock(py, &self.trainer)?.param(name).map_err(train)?;
         to_numpy(py, t)
     }
 
     /// The trainable parameters' names.
-    fn params(&self) -> PyResult<Vec<String>> {
-        Ok(self.lock()?.params().to_vec())
+    fn params(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        Ok(lock(py, &self.trainer)?.params().to_vec())
     }
 
     #[getter]
-    fn steps(&self) -> PyResult<u64> {
-        Ok(self.lock()?.steps())
+    fn steps(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(lock(py, &self.trainer)?.steps())
     }
 
     /// The learning rate of the next step.
     #[getter]
-    fn lr(&self) -> PyResult<f32> {
-        Ok(self.lock()?.lr())
+    fn lr(&self, py: Python<'_>) -> PyResult<f32> {
+        Ok(lock(py, &self.trainer)?.lr())
     }
 
     /// Writes parameters, optimizer state and step count to a safetensors file.
-    fn save(&self, path: std::path::PathBuf) -> PyResult<()> {
-        self.lock()?.save(path).map_err(train)
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        lock(py, &self.trainer)?.save(path).map_err(train)
     }
 
     /// Resumes from a file `save` wrote.
-    fn load(&self, path: std::path::PathBuf) -> PyResult<()> {
-        self.lock()?.load(path).map_err(train)
+    fn load(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        lock(py, &self.trainer)?.load(path).map_err(train)
     }
 }
 
-impl PyTrainer {
-    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Trainer>> {
-        self.trainer.lock().map_err(|_| RlxError::new_err("an earlier step panicked"))
-    }
-}

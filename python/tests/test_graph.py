@@ -14,7 +14,7 @@ def mlp(dtype="float64", batch="B"):
     t = g.input("t", [batch, 3], dtype)
     w1, b1, w2 = g.param("w1", [4, 8], dtype), g.param("b1", [8], dtype), g.param("w2", [8, 3], dtype)
     h = g.tanh(x @ w1 + b1)
-    loss = g.softmax_cross_entropy(h @ w2, t)
+    loss = g.mean(g.softmax_cross_entropy(h @ w2, t))
     g.outputs(loss)
     return g, loss
 

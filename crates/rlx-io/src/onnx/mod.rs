@@ -101,12 +101,17 @@ pub fn import(path: impl AsRef<Path>, options: &ImportOptions<'_>) -> Result<Onn
 /// Imports a serialized model held in memory; `path` names it in errors, and external data
 /// is read relative to its folder.
 pub fn import_bytes(bytes: &[u8], path: &Path, options: &ImportOptions<'_>) -> Result<OnnxGraph> {
-    let model = proto::model(bytes).map_err(|e| IoError::Proto {
+    import::import(path, &parse(bytes, path)?, options)
+}
+
+/// The serialized model's protobuf, read without importing it (its declared inputs and
+/// outputs, say); `path` names it in errors.
+pub fn parse<'a>(bytes: &'a [u8], path: &Path) -> Result<proto::ModelProto<'a>> {
+    proto::model(bytes).map_err(|e| IoError::Proto {
         path: path.to_path_buf(),
         field: e.field_path(),
         reason: e.reason.clone(),
-    })?;
-    import::import(path, &model, options)
+    })
 }
 
 /// Reads a file holding one serialized `TensorProto` (the ONNX test data format).
