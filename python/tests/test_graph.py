@@ -120,7 +120,7 @@ def test_vmap_stacks_per_example_results(rng):
 def test_trainer_sgd_step_is_numpy_sgd_and_loss_falls(rng):
     g, loss = mlp("float32")
     x, t, params = data(rng, n=16, dtype=np.float32)
-    tr = rlx.Trainer(g, loss, "sgd", lr=0.1)
+    tr = rlx.Trainer(g, loss, "sgd", lr=0.5)
     for k, v in params.items():
         tr.set_param(k, v)
     dg = rlx.compile(rlx.grad(g, ["w1", "b1", "w2"], loss))
@@ -130,9 +130,10 @@ def test_trainer_sgd_step_is_numpy_sgd_and_loss_falls(rng):
     first = tr.step(x=x, t=t)
     assert abs(first - mlp_numpy(x.astype(np.float64), t, **{k: v.astype(np.float64) for k, v in params.items()})) < 1e-5
     for (k, v), gr in zip(params.items(), grads):
-        np.testing.assert_allclose(tr.param(k), v - 0.1 * gr, rtol=1e-5, atol=1e-6)
-    losses = [tr.step(x=x, t=t) for _ in range(30)]
-    assert losses[-1] < 0.7 * first and tr.steps == 31
+        np.testing.assert_allclose(tr.param(k), v - 0.5 * gr, rtol=1e-5, atol=1e-6)
+    losses = [tr.step(x=x, t=t) for _ in range(149)]
+    # Full-batch SGD on this problem ends below 0.42 of the first loss for 2000 NumPy seeds.
+    assert losses[-1] < 0.5 * first and tr.steps == 150
 
 
 def test_builder_errors_are_typed():
