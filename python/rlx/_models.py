@@ -31,6 +31,10 @@ class Embedder:
     def tokenize(self, text: str) -> list[int]:
         return self._e.tokenize(text)
 
+    def forward(self, input_ids, attention_mask, token_type_ids=None) -> np.ndarray:
+        """Embeddings `[batch, dim]` of a pre-tokenised batch (int64 `[batch, seq]` arrays)."""
+        return self._e.forward(input_ids, attention_mask, token_type_ids)
+
     def encode(self, sentences: str | Sequence[str], batch_size: int = 32,
                normalize_embeddings: bool = False, **kwargs) -> np.ndarray:
         """float32 embeddings: `[len(sentences), dim]`, or `[dim]` for one string.

@@ -1,14 +1,14 @@
 //! The model layer: `rlx.Embedder` (a sentence-transformers folder) and `rlx.LLM` (a
 //! Llama-family GGUF file or Hugging Face folder) with token streaming.
 
-use crate::array::to_numpy;
+use crate::array::{to_numpy, to_tensor};
 use crate::device::session;
 use crate::error::{self, RlxError};
 use pyo3::prelude::*;
-use rlx::models::bert::SentenceEncoder;
+use rlx::models::bert::{SentenceEncoder, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
 use rlx::models::bpe::BpeTokenizer;
 use rlx::models::llama::{sample, GgufModel, Generator, HfModel, Llama, Rng, Sampling};
-use rlx::Tensor;
+use rlx::{DType, Tensor};
 use std::path::PathBuf;
 use crate::lock::lock;
 use std::sync::{Arc, Mutex};
@@ -61,6 +61,24 @@ impl Embedder {
             })
             .map_err(error::bert)?;
         to_numpy(py, Tensor::from_vec(flat, &[texts.len(), dim]).map_err(error::runtime)?)
+    }
+
+    /// The embeddings of a pre-tokenised batch: int64 arrays `[batch, seq]` (token types
+    /// default to zeros), without tokenising.
+    #[pyo3(signature = (input_ids, attention_mask, token_type_ids = None))]
+    fn forward<'py>(&self, py: Python<'py>, input_ids: &Bound<'py, PyAny>, attention_mask: &Bound<'py, PyAny>, token_type_ids: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let ids = to_tensor(input_ids, Some(DType::I64))?;
+        let mask = to_tensor(attention_mask, Some(DType::I64))?;
+        let types = match token_type_ids {
+            Some(t) => to_tensor(t, Some(DType::I64))?,
+            None => Tensor::zeros(DType::I64, ids.shape()),
+        };
+        let mut guard = lock(py, &self.encoder)?;
+        let compiled = guard.compiled();
+        let inputs = [(INPUT_IDS, &ids), (ATTENTION_MASK, &mask), (TOKEN_TYPE_IDS, &types)];
+        let out = py.detach(|| compiled.run(&inputs)).map_err(error::runtime)?;
+        let first = out.into_iter().next().ok_or_else(|| RlxError::new_err("the encoder returned no output"))?;
+        to_numpy(py, first)
     }
 
     /// WordPiece ids of a text, `[CLS]` and `[SEP]` included.

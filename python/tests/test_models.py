@@ -57,6 +57,8 @@ def test_minilm_matches_sentence_transformers():
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
     one = model.encode(ref["sentences"][0])
     assert one.shape == (want.shape[1],) and np.allclose(one, got[0], atol=1e-5)
+    ids = np.array([ref["ids"][0]], np.int64)
+    np.testing.assert_allclose(model.forward(ids, np.ones_like(ids))[0], one, atol=1e-5)
 
 
 def test_embedder_missing_folder_is_a_file_error(tmp_path):
