@@ -94,10 +94,9 @@ impl PyGraph {
     fn constant(&mut self, array: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Handle> {
         let dtype = dtype.map(parse_dtype).transpose()?;
         let t = to_tensor(array, Some(dtype.unwrap_or(DType::F32)))?;
-        let t = match dtype {
-            Some(d) if d != t.dtype() => return Err(error::DTypeError::new_err(format!("the array is {}, not {}", t.dtype(), d))),
-            _ => t,
-        };
+        if let Some(d) = dtype.filter(|&d| d != t.dtype()) {
+            return Err(error::DTypeError::new_err(format!("the array is {}, not {d}", t.dtype())));
+        }
         let ty = TensorType::new(t.dtype(), Shape::new(t.shape().iter().map(|&d| Dim::Static(d)).collect()));
         Ok(handle(self.graph.constant(ty, t.bytes().to_vec()).map_err(error::ir)?))
     }

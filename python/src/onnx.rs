@@ -6,8 +6,7 @@
 //! fed as an input), is imported and compiled per distinct set of input shapes (and such
 //! values), as `rlx onnx-run` does; each set is compiled once and kept.
 
-use crate::array::to_numpy;
-use crate::array::to_tensor;
+use crate::array::{to_numpy, to_tensor};
 use crate::device::session;
 use crate::lock::lock;
 use crate::error::{self, RlxError};
