@@ -15,11 +15,24 @@ use rlx::{DType, Tensor};
 #[pyclass(frozen, module = "rlx._rlx")]
 pub struct TensorHolder(Tensor);
 
-/// `ml_dtypes.bfloat16` as a NumPy dtype, when ml_dtypes is installed.
-fn bfloat16(py: Python<'_>) -> Option<Bound<'_, PyArrayDescr>> {
-    static BF16: PyOnceLock<Option<Py<PyArrayDescr>>> = PyOnceLock::new();
-    let found = BF16.get_or_init(py, || {
-        let ty = py.import("ml_dtypes").and_then(|m| m.getattr("bfloat16")).ok()?;
+/// The rlx dtypes NumPy has only through ml_dtypes (one code per byte in both), by the
+/// ml_dtypes name. ml_dtypes' sub-byte integers keep the raw code in a byte where rlx keeps
+/// the value, so they are not among them.
+const ML_DTYPES: [(DType, &str); 7] = [
+    (DType::BF16, "bfloat16"),
+    (DType::F8E4M3FN, "float8_e4m3fn"),
+    (DType::F8E4M3FNUZ, "float8_e4m3fnuz"),
+    (DType::F8E5M2, "float8_e5m2"),
+    (DType::F8E5M2FNUZ, "float8_e5m2fnuz"),
+    (DType::F8E8M0, "float8_e8m0fnu"),
+    (DType::F4E2M1, "float4_e2m1fn"),
+];
+
+/// The ml_dtypes NumPy dtype at `ML_DTYPES[i]`, when ml_dtypes is installed.
+fn ml_dtype(py: Python<'_>, i: usize) -> Option<Bound<'_, PyArrayDescr>> {
+    static FOUND: [PyOnceLock<Option<Py<PyArrayDescr>>>; 7] = [const { PyOnceLock::new() }; 7];
+    let found = FOUND[i].get_or_init(py, || {
+        let ty = py.import("ml_dtypes").and_then(|m| m.getattr(ML_DTYPES[i].1)).ok()?;
         PyArrayDescr::new(py, ty).ok().map(Bound::unbind)
     });
     found.as_ref().map(|d| d.bind(py).clone())
@@ -46,8 +59,10 @@ pub fn dtype_of(descr: &Bound<'_, PyArrayDescr>) -> PyResult<DType> {
         (b'f', 4) => DType::F32,
         (b'f', 8) => DType::F64,
         (b'c', 8) => DType::C64,
-        _ if bfloat16(descr.py()).is_some_and(|bf| descr.is_equiv_to(&bf)) => DType::BF16,
-        _ => return Err(DTypeError::new_err(format!("NumPy dtype {descr} has no rlx dtype"))),
+        _ => match (0..ML_DTYPES.len()).find(|&i| ml_dtype(descr.py(), i).is_some_and(|d| descr.is_equiv_to(&d))) {
+            Some(i) => ML_DTYPES[i].0,
+            None => return Err(DTypeError::new_err(format!("NumPy dtype {descr} has no rlx dtype"))),
+        },
     };
     if descr.byteorder() == b'>' {
         return Err(DTypeError::new_err(format!("NumPy dtype {descr} is big-endian; rlx takes little-endian data")));
@@ -72,8 +87,10 @@ pub fn descr_of(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyArrayDescr>> {
         DType::F32 => dtype::<f32>(py),
         DType::F64 => dtype::<f64>(py),
         DType::C64 => dtype::<Complex32>(py),
-        DType::BF16 => bfloat16(py).ok_or_else(|| DTypeError::new_err("a bf16 value needs the ml_dtypes package for its NumPy dtype (pip install ml_dtypes)"))?,
-        other => return Err(DTypeError::new_err(format!("rlx dtype {other} has no NumPy dtype"))),
+        other => match ML_DTYPES.iter().position(|(m, _)| *m == other) {
+            Some(i) => ml_dtype(py, i).ok_or_else(|| DTypeError::new_err(format!("a {other} value needs the ml_dtypes package for its NumPy dtype (pip install ml_dtypes)")))?,
+            None => return Err(DTypeError::new_err(format!("rlx dtype {other} has no NumPy dtype"))),
+        },
     })
 }
 
@@ -94,7 +111,7 @@ pub fn numpy_name(dtype: DType) -> &'static str {
         DType::F32 => "float32",
         DType::F64 => "float64",
         DType::C64 => "complex64",
-        other => other.name(),
+        other => ML_DTYPES.iter().find(|(m, _)| *m == other).map_or(other.name(), |(_, n)| n),
     }
 }
 
@@ -104,8 +121,8 @@ pub fn parse_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
         if let Some(d) = DType::from_name(&name) {
             return Ok(d);
         }
-        if name == "bfloat16" {
-            return Ok(DType::BF16);
+        if let Some((d, _)) = ML_DTYPES.iter().find(|(_, n)| *n == name) {
+            return Ok(*d);
         }
     }
     let descr = numpy(obj.py())?.call_method1("dtype", (obj,)).map_err(|_| DTypeError::new_err(format!("`{obj}` is not a dtype")))?;
