@@ -95,12 +95,23 @@ impl Layout {
 /// Reads and imports the ONNX model at `path`.
 pub fn import(path: impl AsRef<Path>, options: &ImportOptions<'_>) -> Result<OnnxGraph> {
     let file = Mapped::open(path.as_ref())?;
-    let model = proto::model(file.bytes()).map_err(|e| IoError::Proto {
-        path: file.path.clone(),
+    import_bytes(file.bytes(), &file.path, options)
+}
+
+/// Imports a serialized model held in memory; `path` names it in errors, and external data
+/// is read relative to its folder.
+pub fn import_bytes(bytes: &[u8], path: &Path, options: &ImportOptions<'_>) -> Result<OnnxGraph> {
+    import::import(path, &parse(bytes, path)?, options)
+}
+
+/// The serialized model's protobuf, read without importing it (its declared inputs and
+/// outputs, say); `path` names it in errors.
+pub fn parse<'a>(bytes: &'a [u8], path: &Path) -> Result<proto::ModelProto<'a>> {
+    proto::model(bytes).map_err(|e| IoError::Proto {
+        path: path.to_path_buf(),
         field: e.field_path(),
         reason: e.reason.clone(),
-    })?;
-    import::import(&file.path, &model, options)
+    })
 }
 
 /// Reads a file holding one serialized `TensorProto` (the ONNX test data format).
