@@ -23,7 +23,12 @@ case $target in
     tokenizer_json) max_len=131072 ;;
     *) max_len=16384 ;;
 esac
+# Built by cargo fuzz, run directly: after a finding `cargo fuzz run` rebuilds the target with
+# other flags only to print the input.
+cargo +nightly fuzz build -s none -a -O "$target"
+mkdir -p "artifacts/$target"
 export TMPDIR=/dev/shm
-cargo +nightly fuzz run -s none -a -O "$target" "$corpus" -- \
+"target/x86_64-unknown-linux-gnu/release/$target" "$corpus" \
     -max_total_time="$seconds" -max_len="$max_len" -rss_limit_mb=3072 -malloc_limit_mb=512 -timeout=20 \
-    -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -print_final_stats=1
+    -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -print_final_stats=1 \
+    -artifact_prefix="artifacts/$target/"
