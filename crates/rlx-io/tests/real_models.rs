@@ -1,7 +1,7 @@
 //! rlx-io on real model files, when present: SmolLM2-135M-Instruct (Q4_1 GGUF) and
 //! all-MiniLM-L6-v2 (safetensors), found under `$RLX_MODELS_DIR` (default `/work/.models`;
-//! `tools/models/fetch.sh` downloads them). Absent files skip with a message, so CI passes
-//! without weights. Expected values come from gguf-py's `GGUFReader` + `gguf.quants.dequantize`
+//! `tools/models/fetch.sh` downloads them). Absent files skip with a message, or fail with
+//! `RLX_REQUIRE_MODELS=1` (as `.ci/run` sets). Expected values come from gguf-py's `GGUFReader` + `gguf.quants.dequantize`
 //! and the `safetensors` Python package on the same files.
 
 use rlx_io::{GgmlType, GgufFile, SafetensorsFile};
@@ -15,7 +15,9 @@ fn model(rel: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipped: {} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", p.display());
+        let why = format!("{} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", p.display());
+        assert!(std::env::var_os("RLX_REQUIRE_MODELS").is_none_or(|v| v != "1"), "RLX_REQUIRE_MODELS=1: {why}");
+        eprintln!("skipped: {why}");
         None
     }
 }

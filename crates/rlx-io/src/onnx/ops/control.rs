@@ -166,6 +166,9 @@ fn cond_graph(types: &[TensorType], count: Option<usize>, flag: Option<usize>) -
     Ok(g)
 }
 
+/// The largest buffer a loop's scan output is stacked into at import (256 MiB).
+const MAX_SCAN_BYTES: usize = 1 << 28;
+
 /// Per-step outputs stacked as `[rows, ..]` buffers: for each `(value, row)` a zero buffer
 /// bound to a new input of `sub`, with `value` written at `row`. Returns the written buffers.
 fn stack_rows(cx: &mut Cx<'_>, sub: &mut Sub<'_>, steps: &[(ValueId, ValueId)], rows: usize) -> OpResult<Vec<ValueId>> {
@@ -176,7 +179,11 @@ fn stack_rows(cx: &mut Cx<'_>, sub: &mut Sub<'_>, steps: &[(ValueId, ValueId)], 
         let dims = sub.cx.dims(s)?;
         let mut buf_dims = vec![rows];
         buf_dims.extend(&dims);
-        let zeros = cx.bytes(ty.dtype, &buf_dims, vec![0; buf_dims.iter().product::<usize>() * ty.dtype.size()])?;
+        let bytes = buf_dims.iter().try_fold(ty.dtype.size(), |n, &d| n.checked_mul(d)).filter(|&n| n <= MAX_SCAN_BYTES);
+        let Some(bytes) = bytes else {
+            return unsupported(format!("scan output {k} stacks {rows} rows of {dims:?}, more than {MAX_SCAN_BYTES} bytes"));
+        };
+        let zeros = cx.bytes(ty.dtype, &buf_dims, vec![0; bytes])?;
         let buf = sub.bind(cx, &format!("#scan{k}"), zeros);
         let mut one = vec![1];
         one.extend(&dims);

@@ -24,6 +24,13 @@ pub const CONVERTERS: &[(&str, Convert)] = &[
 ];
 
 /// A window's per-axis geometry with ONNX's padding resolved to `[begin, end]` pairs.
+/// The largest kernel extent, stride, dilation or pad accepted: far past any real model, and
+/// small enough that the window arithmetic cannot overflow.
+const MAX_WINDOW_ATTR: usize = 1 << 24;
+
+/// The most kernel offsets times output cells a pooling window may unroll into.
+const MAX_UNROLLED_CELLS: usize = 1 << 24;
+
 struct Geometry {
     kernel: Vec<usize>,
     stride: Vec<usize>,
@@ -47,13 +54,16 @@ fn geometry(n: &OnnxNode<'_, '_>, kernel: Vec<usize>, spatial: &[usize], ceil: b
     if stride.contains(&0) || dilation.contains(&0) || kernel.contains(&0) {
         return invalid("kernel, strides and dilations must be positive");
     }
+    if kernel.iter().chain(&stride).chain(&dilation).any(|&v| v > MAX_WINDOW_ATTR) {
+        return invalid(format!("kernel {kernel:?}, strides {stride:?} or dilations {dilation:?} above {MAX_WINDOW_ATTR}"));
+    }
     let auto = n.string("auto_pad", "NOTSET");
     let mut pads = vec![[0usize; 2]; s];
     match auto.as_str() {
         "NOTSET" => {
             if let Some(p) = n.ints("pads") {
-                if p.len() != 2 * s || p.iter().any(|&v| v < 0) {
-                    return invalid(format!("pads {p:?} need {} non-negative entries", 2 * s));
+                if p.len() != 2 * s || p.iter().any(|&v| v < 0 || v as u64 > MAX_WINDOW_ATTR as u64) {
+                    return invalid(format!("pads {p:?} need {} entries in [0, {MAX_WINDOW_ATTR}]", 2 * s));
                 }
                 for i in 0..s {
                     pads[i] = [p[i] as usize, p[i + s] as usize];
@@ -87,6 +97,25 @@ fn geometry(n: &OnnxNode<'_, '_>, kernel: Vec<usize>, spatial: &[usize], ceil: b
         }
     }
     Ok(Geometry { kernel, stride, dilation, pads })
+}
+
+/// The output extents of `g`'s windows over the (already padded) spatial extents `padded`;
+/// an error where a window is larger than the input.
+fn window_out(padded: &[usize], g: &Geometry) -> OpResult<Vec<usize>> {
+    (0..g.kernel.len())
+        .map(|i| padded[i].checked_sub((g.kernel[i] - 1) * g.dilation[i] + 1).map(|r| r / g.stride[i] + 1))
+        .collect::<Option<_>>()
+        .ok_or_else(|| OpError::Invalid(format!("the window {:?} (dilations {:?}) is larger than the padded input {padded:?}", g.kernel, g.dilation)))
+}
+
+/// The kernel offsets a window op unrolls into strided slices, refused where they times the
+/// `out` cells exceed [`MAX_UNROLLED_CELLS`].
+fn unrolled_offsets(g: &Geometry, out: &[usize]) -> OpResult<usize> {
+    let (offsets, cells) = (g.kernel.iter().product::<usize>(), out.iter().product::<usize>());
+    if offsets.checked_mul(cells).is_none_or(|n| n > MAX_UNROLLED_CELLS) {
+        return invalid(format!("a pooling window of {offsets} offsets over {cells} output cells is too large to unroll"));
+    }
+    Ok(offsets)
 }
 
 /// Pads `x`'s spatial axes by the uneven part of `g.pads` (all of it when `all`), returning
@@ -163,17 +192,27 @@ fn conv_transpose(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
     let xd = cx.dims(x)?;
     let wd = cx.dims(w)?;
     let s = xd.len().checked_sub(2).filter(|s| (1..=3).contains(s)).ok_or_else(|| OpError::Unsupported(format!("{}-D input", xd.len())))?;
+    if wd.len() != xd.len() {
+        return invalid(format!("weight dims {wd:?} for input dims {xd:?}"));
+    }
     let kernel = wd[2..].to_vec();
     let stride = per_axis(n, "strides", s, 1)?;
     let dilation = per_axis(n, "dilations", s, 1)?;
     let out_pad = per_axis(n, "output_padding", s, 0)?;
+    let all = || kernel.iter().chain(&stride).chain(&dilation).chain(&xd[2..]);
+    if all().any(|&v| v == 0 || v > MAX_WINDOW_ATTR) || out_pad.iter().any(|&v| v > MAX_WINDOW_ATTR) {
+        return invalid(format!("input extents {:?}, kernel {kernel:?}, strides {stride:?}, dilations {dilation:?} must be in [1, {MAX_WINDOW_ATTR}]", &xd[2..]));
+    }
     let groups = n.int("group", 1) as usize;
     let full: Vec<usize> = (0..s).map(|i| (xd[2 + i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 + out_pad[i]).collect();
     let auto = n.string("auto_pad", "NOTSET");
     let mut pads = vec![[0usize; 2]; s];
     let mut grow = vec![[0usize; 2]; s];
     if let Some(shape) = n.ints("output_shape") {
-        let shape = &shape[shape.len().saturating_sub(s)..];
+        if shape.len() < s || shape.iter().any(|&v| v < 0 || v as u64 > MAX_WINDOW_ATTR as u64) {
+            return invalid(format!("output_shape {shape:?} needs {s} extents in [0, {MAX_WINDOW_ATTR}]"));
+        }
+        let shape = &shape[shape.len() - s..];
         for i in 0..s {
             let total = full[i] as i64 - shape[i];
             let small = total / 2;
@@ -188,8 +227,8 @@ fn conv_transpose(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>) -> OpResult<Vec<ValueId
             pads[i] = if auto == "SAME_UPPER" { [small, total - small] } else { [total - small, small] };
         }
     } else if let Some(p) = n.ints("pads") {
-        if p.len() != 2 * s || p.iter().any(|&v| v < 0) {
-            return invalid(format!("pads {p:?}"));
+        if p.len() != 2 * s || p.iter().any(|&v| v < 0 || v as u64 > MAX_WINDOW_ATTR as u64) {
+            return invalid(format!("pads {p:?} need {} entries in [0, {MAX_WINDOW_ATTR}]", 2 * s));
         }
         for i in 0..s {
             pads[i] = [p[i] as usize, p[i + s] as usize];
@@ -346,7 +385,7 @@ fn dilated_pool(cx: &mut Cx<'_>, n: &OnnxNode<'_, '_>, x: ValueId, g: &Geometry,
 fn strided_windows(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, op: BinaryOp) -> OpResult<ValueId> {
     let dims = cx.dims(x)?;
     let spatial = g.kernel.len();
-    let out: Vec<usize> = (0..spatial).map(|i| (dims[2 + i] - (g.kernel[i] - 1) * g.dilation[i] - 1) / g.stride[i] + 1).collect();
+    let out = window_out(&dims[2..], g)?;
     if spatial == 2 && cx.dtype(x).is_float() {
         let planes = reshape_static(cx, x, &[dims[0] * dims[1], 1, dims[2], dims[3]])?;
         let cols = cx.add1(Im2Col { kernel_size: g.kernel.clone(), stride: g.stride.clone(), padding: vec![0, 0], dilation: g.dilation.clone() }, &[planes])?;
@@ -354,7 +393,7 @@ fn strided_windows(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, op: BinaryOp) -> O
         let r = cx.add1(Reduce { op: reduce, axes: vec![1], keep_dim: false }, &[cols])?;
         return reshape_static(cx, r, &[dims[0], dims[1], out[0], out[1]]);
     }
-    let offsets: usize = g.kernel.iter().product();
+    let offsets = unrolled_offsets(g, &out)?;
     let mut acc: Option<ValueId> = None;
     for flat in 0..offsets {
         let mut rest = flat;
@@ -440,8 +479,9 @@ fn max_with_indices(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, column_major: boo
     let pd = cx.dims(xp)?;
     let s = g.kernel.len();
     let spatial = &xd[2..];
-    let out: Vec<usize> = (0..s).map(|i| (pd[2 + i] - (g.kernel[i] - 1) * g.dilation[i] - 1) / g.stride[i] + 1).collect();
+    let out = window_out(&pd[2..], g)?;
     let cells: usize = out.iter().product();
+    let offsets = unrolled_offsets(g, &out)?;
     let mut out_dims = vec![1, 1];
     out_dims.extend_from_slice(&out);
     let unravel = |mut flat: usize, dims: &[usize]| -> Vec<usize> {
@@ -453,7 +493,7 @@ fn max_with_indices(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, column_major: boo
         idx
     };
     let mut best: Option<(ValueId, ValueId)> = None;
-    for flat in 0..g.kernel.iter().product() {
+    for flat in 0..offsets {
         let k = unravel(flat, &g.kernel);
         let mut v = xp;
         for i in 0..s {
@@ -462,7 +502,7 @@ fn max_with_indices(cx: &mut Cx<'_>, x: ValueId, g: &Geometry, column_major: boo
         let positions: Vec<f64> = (0..cells)
             .map(|c| {
                 let o = unravel(c, &out);
-                let at: Vec<usize> = (0..s).map(|i| (o[i] * g.stride[i] + k[i] * g.dilation[i]).saturating_sub(g.pads[i][0]).min(spatial[i] - 1)).collect();
+                let at: Vec<usize> = (0..s).map(|i| (o[i] * g.stride[i] + k[i] * g.dilation[i]).saturating_sub(g.pads[i][0]).min(spatial[i].saturating_sub(1))).collect();
                 let axes: Vec<usize> = if column_major { (0..s).rev().collect() } else { (0..s).collect() };
                 axes.iter().fold(0, |acc, &i| acc * spatial[i] + at[i]) as f64
             })

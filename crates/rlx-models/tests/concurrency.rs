@@ -1,0 +1,83 @@
+//! Compiled copies of one MiniLM-shaped BERT graph (6 layers, hidden 384, 12 heads, a 1,000-token
+//! vocabulary), compiled at once on several threads through one shared CPU backend and given the
+//! same weight tensors, run concurrently: every output is bit-identical to a single-threaded run of the
+//! same inputs.
+
+use rlx_models::bert::{BertConfig, Pooling, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
+use rlx_runtime::{CompiledGraph, Session, Tensor};
+use rlx_train::init::Rng;
+use std::path::Path;
+use std::sync::Arc;
+
+const THREADS: usize = 4;
+const RUNS_PER_THREAD: usize = 3;
+
+fn minilm_shaped() -> BertConfig {
+    let json = r#"{"vocab_size": 1000, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+        "intermediate_size": 1536, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12, "hidden_act": "gelu", "model_type": "bert"}"#;
+    BertConfig::from_json(json, Path::new("config.json")).unwrap()
+}
+
+/// `[batch, seq]` ids, a mask hiding a different tail in each row, and token types.
+fn inputs(seed: u64, batch: usize, seq: usize) -> [Tensor; 3] {
+    let mut rng = Rng::new(seed);
+    let ids: Vec<i64> = (0..batch * seq).map(|_| (rng.next_u64() % 1000) as i64).collect();
+    let mask: Vec<i64> = (0..batch * seq).map(|i| i64::from(i % seq < seq - (i / seq) % seq.min(5))).collect();
+    let types: Vec<i64> = (0..batch * seq).map(|i| i64::from(i % seq >= seq / 2)).collect();
+    [ids, mask, types].map(|v| Tensor::from_vec(v, &[batch, seq]).unwrap())
+}
+
+fn run(c: &mut CompiledGraph, x: &[Tensor; 3]) -> Vec<u32> {
+    let out = c.run(&[(INPUT_IDS, &x[0]), (ATTENTION_MASK, &x[1]), (TOKEN_TYPE_IDS, &x[2])]).unwrap();
+    out[0].as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn compiled_copies_run_from_several_threads_bit_identically() {
+    let bert = minilm_shaped().build(Pooling { normalize: true }).unwrap();
+    let mut rng = Rng::new(21);
+    let weights: Arc<Vec<(String, Tensor)>> = Arc::new(
+        bert.params
+            .iter()
+            .map(|p| {
+                let n: usize = p.shape.iter().product();
+                let centre = if p.name.ends_with("LayerNorm.weight") { 1.0 } else { 0.0 };
+                let v: Vec<f32> = (0..n).map(|_| (centre + 0.05 * rng.normal()) as f32).collect();
+                (p.name.clone(), Tensor::from_vec(v, &p.shape).unwrap())
+            })
+            .collect(),
+    );
+    let session = Session::new(Arc::new(rlx_cpu::CpuBackend::new()));
+    let compile = |session: &Session| {
+        let mut c = session.compile(&bert.graph).unwrap();
+        for (name, value) in weights.iter() {
+            c.set_param(name, value.clone()).unwrap();
+        }
+        c
+    };
+    // Each thread's inputs differ in batch and length, so the copies also specialise plans for
+    // different shapes at once.
+    let cases: Vec<[Tensor; 3]> = (0..THREADS).map(|t| inputs(100 + t as u64, 1 + t % 2, 16 + 8 * t)).collect();
+    let mut single = compile(&session);
+    let want: Vec<Vec<u32>> = cases.iter().map(|x| run(&mut single, x)).collect();
+
+    let got: Vec<Vec<Vec<u32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|x| {
+                let (session, compile) = (&session, &compile);
+                s.spawn(move || {
+                    let mut c = compile(session);
+                    (0..RUNS_PER_THREAD).map(|_| run(&mut c, x)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (t, (runs, want)) in got.iter().zip(&want).enumerate() {
+        for (r, got) in runs.iter().enumerate() {
+            assert_eq!(got, want, "thread {t}, run {r}: differs from the single-threaded run");
+        }
+    }
+}
