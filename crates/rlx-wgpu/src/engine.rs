@@ -200,7 +200,7 @@ impl WgpuEngine {
                 params.push(inner[1]);
                 params.extend_from_slice(&inner[2..10]);
                 params.extend_from_slice(&inner[10..18]);
-                launch(&self.gpu, &k, &[out, x], &params, threads(n)?)
+                launch(&self.gpu, &k, &[out, x], &params, grid(n)?)
             }
             Op::MatMul(_) => self.matmul(op, ins[0], ins[1], out),
             Op::Softmax(s) => {

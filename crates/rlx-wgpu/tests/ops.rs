@@ -49,7 +49,14 @@ fn activations_and_their_derivatives() {
         let dx = g.activation_backward(kind, x, dy).unwrap();
         g.set_outputs(vec![y, dx]).unwrap();
         let inputs = [("x", random(&[3, 129], 10 + i as u64, lo, hi)), ("dy", random(&[3, 129], 50 + i as u64, -1.0, 1.0))];
-        agree(&gpu, &g, &inputs, Tol { rtol: 2e-5, floor: 1e-3 }, &[OpKind::Activation, OpKind::ActivationBackward]);
+        let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let mut c = gpu.compile(&g).unwrap();
+        assert!(c.partition().is_none(), "{kind:?} ran on the host");
+        let got = c.run(&named).unwrap();
+        let want = cpu().compile(&g).unwrap().run(&named).unwrap();
+        eprintln!("{kind:?}");
+        compare(&got, &want, F32);
+        compare(&got, &want, Tol { rtol: 1e-4, floor: 1e-3 });
     }
 }
 
@@ -60,12 +67,13 @@ fn binary_compare_select_and_fma_over_float_and_integer_dtypes() {
     let dims = [5, 67];
     for (s, dtype) in [DType::F32, DType::I32, DType::U8, DType::I16, DType::F16].into_iter().enumerate() {
         let seed = 100 * s as u64;
-        let data = |k: u64| match dtype {
-            DType::F32 => random(&dims, seed + k, -4.0, 4.0),
-            DType::F16 => Tensor::from_vec(uniform(335, seed + k, -4.0, 4.0).into_iter().map(f16::from_f32).collect(), &dims).unwrap(),
-            DType::U8 => ints(dtype, &dims, seed + k, 0, 256),
-            _ => ints(dtype, &dims, seed + k, -300, 300),
+        let shaped = |k: u64, dims: &[usize]| match dtype {
+            DType::F32 => random(dims, seed + k, -4.0, 4.0),
+            DType::F16 => Tensor::from_vec(uniform(dims.iter().product(), seed + k, -4.0, 4.0).into_iter().map(f16::from_f32).collect(), dims).unwrap(),
+            DType::U8 => ints(dtype, dims, seed + k, 0, 256),
+            _ => ints(dtype, dims, seed + k, -300, 300),
         };
+        let data = |k: u64| shaped(k, &dims);
         for op in BinaryOp::ALL {
             let mut g = Graph::new();
             let a = input(&mut g, "a", dtype, &dims);
@@ -76,7 +84,7 @@ fn binary_compare_select_and_fma_over_float_and_integer_dtypes() {
             if c.partition().is_some() {
                 continue;
             }
-            let inputs = [("a", data(1)), ("b", data(2).reshape(&[67]).unwrap())];
+            let inputs = [("a", data(1)), ("b", shaped(2, &[67]))];
             let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
             let tol = match dtype {
                 DType::F32 => F32,
@@ -154,6 +162,9 @@ fn data_movement_of_every_element_size() {
 fn gathers_by_each_index_dtype_and_a_bad_index_is_an_error() {
     let Some(gpu) = gpu() else { return };
     let gpu = unfused(gpu);
+    // Its own adapter: the bad index's report must not reach the other tests' runs.
+    let Ok(own) = rlx_wgpu::WgpuBackend::new(0) else { return };
+    let own = unfused(Session::new(std::sync::Arc::new(own)));
     for (i, index) in [DType::I64, DType::I32, DType::U32].into_iter().enumerate() {
         for (table_dtype, axis) in [(DType::F32, 0), (DType::F32, 1), (DType::U8, 0), (DType::I64, 1)] {
             let mut g = Graph::new();
@@ -171,7 +182,7 @@ fn gathers_by_each_index_dtype_and_a_bad_index_is_an_error() {
     let idx = input(&mut g, "i", DType::I64, &[3]);
     let y = g.gather(t, idx, 0).unwrap();
     g.set_outputs(vec![y]).unwrap();
-    let mut c = gpu.compile(&g).unwrap();
+    let mut c = own.compile(&g).unwrap();
     let bad = Tensor::from_vec(vec![1i64, 6, 0], &[3]).unwrap();
     let err = c.run(&[("t", &random(&[6, 4], 1, 0.0, 1.0)), ("i", &bad)]).expect_err("index 6 of 6 rows was read");
     assert!(err.to_string().contains("gather index 6 lies outside [0, 6)"), "{err}");
@@ -393,5 +404,5 @@ fn a_buffer_beyond_the_adapters_limits_is_a_typed_error() {
     let small = Tensor::from_vec(vec![0.5f32, -0.25], &[2, 1]).unwrap();
     let got = c.run(&[("x", &small)]).unwrap().remove(0).to_vec::<f32>().unwrap()[0];
     let want = side as f32 * (0.5f32.tanh() + (-0.25f32).tanh());
-    assert!((got - want).abs() <= 1e-3 * want.abs(), "{got} vs {want}");
+    assert!((got - want).abs() <= 1e-5 * want.abs(), "{got} vs {want}");
 }

@@ -120,9 +120,11 @@ fn header(operands: usize, report: bool) -> String {
     s
 }
 
-/// f16 and bf16 to and from f32: round to nearest even, NaN kept quiet, overflow to ±inf.
-const CODECS: &str = "fn f16_bits(v: f32) -> u32 {
-    if (v != v) { return 0x7e00u; }
+/// `nan`, tested on the bits (WGSL lets a compiler assume that `v != v` is false), and f16
+/// and bf16 from f32: round to nearest even, NaN kept quiet, overflow to ±inf.
+const CODECS: &str = "fn nan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+fn f16_bits(v: f32) -> u32 {
+    if (nan(v)) { return 0x7e00u; }
     if (abs(v) >= 65520.0) { return select(0x7c00u, 0xfc00u, v < 0.0); }
     return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
 }
@@ -272,8 +274,8 @@ pub fn binary_expr(op: BinaryOp, d: DType) -> Option<String> {
         (BinaryOp::Div, false) => format!("select(a / b, {zero}, b == {zero})"),
         (BinaryOp::Mod, true) => "a - b * trunc(a / b)".into(),
         (BinaryOp::Mod, false) => format!("select(a % b, {zero}, b == {zero})"),
-        (BinaryOp::Max, true) => "select(b, a, a > b || a != a)".into(),
-        (BinaryOp::Min, true) => "select(b, a, a < b || a != a)".into(),
+        (BinaryOp::Max, true) => "select(b, a, a > b || nan(a))".into(),
+        (BinaryOp::Min, true) => "select(b, a, a < b || nan(a))".into(),
         (BinaryOp::Max, false) => "max(a, b)".into(),
         (BinaryOp::Min, false) => "min(a, b)".into(),
         (BinaryOp::Atan2, true) => "atan2(a, b)".into(),
@@ -320,7 +322,8 @@ pub fn cast(from: DType, to: DType) -> Option<Kernel> {
 pub fn cast_expr(from: DType, to: DType) -> Option<String> {
     let (f, t) = (ty(from)?, ty(to)?);
     if to == DType::Bool {
-        return Some(format!("select(0u, 1u, a != {})", f.lit(0)));
+        let nan = if f.float() { " || nan(a)" } else { "" };
+        return Some(format!("select(0u, 1u, a != {}{nan})", f.lit(0)));
     }
     Some(match (f.float(), t.compute) {
         (true, "f32") => "a".into(),
@@ -328,7 +331,7 @@ pub fn cast_expr(from: DType, to: DType) -> Option<String> {
             let (lo, hi) = t.range()?;
             // Bounds as f32: a value at or past the type's f32 edge saturates.
             let (flo, fhi) = (lo as f32, hi as f32);
-            format!("select(select(select({c}(a), {l}, a <= {flo:?}), {h}, a >= {fhi:?}), {z}, a != a)", l = t.lit(lo), h = t.lit(hi), z = t.lit(0))
+            format!("select(select(select({c}(a), {l}, a <= {flo:?}), {h}, a >= {fhi:?}), {z}, nan(a))", l = t.lit(lo), h = t.lit(hi), z = t.lit(0))
         }
         (false, c) => format!("{c}(a)"),
     })
@@ -448,18 +451,19 @@ pub fn gather(size: usize, index: DType) -> Option<Kernel> {
     Some(Kernel { name: "gather", code, operands: 4, report: true })
 }
 
-/// `Reduce` of f32, one output element per invocation: element `e` of the kept walk
-/// (operand 0) gives the first input element, the reduced walk (operand 1, a second walk in
-/// `p[K + 40 ..]`) the rest; `p[K]` outputs, `p[K + 39]` reduced elements each.
+/// `Reduce` of f32, one workgroup per output element: element `g` of the kept walk (operand
+/// 0) gives the first input element, the reduced walk (operand 1, a second walk in `p[K + 40
+/// ..]`) the `p[K + 39]` others, which the workgroup's invocations take in turns and combine
+/// in workgroup memory; `p[K]` outputs.
 pub fn reduce(op: ReduceOp, d: DType) -> Option<Kernel> {
     (d == DType::F32).then_some(())?;
     let (init, step) = match op {
-        ReduceOp::Sum | ReduceOp::Mean => ("0.0", "acc += v;"),
-        ReduceOp::Prod => ("1.0", "acc *= v;"),
-        ReduceOp::Max => ("bitcast<f32>(0xff800000u)", "acc = select(acc, v, v > acc || v != v);"),
-        ReduceOp::Min => ("bitcast<f32>(0x7f800000u)", "acc = select(acc, v, v < acc || v != v);"),
+        ReduceOp::Sum | ReduceOp::Mean => ("0.0", "a + b"),
+        ReduceOp::Prod => ("1.0", "a * b"),
+        ReduceOp::Max => ("bitcast<f32>(0xff800000u)", "select(a, b, b > a || nan(b))"),
+        ReduceOp::Min => ("bitcast<f32>(0x7f800000u)", "select(a, b, b < a || nan(b))"),
     };
-    let finish = if op == ReduceOp::Mean { "acc / f32(m)" } else { "acc" };
+    let finish = if op == ReduceOp::Mean { "red[0] / f32(m)" } else { "red[0]" };
     let mut code = header(2, false);
     code += WALK;
     code += "fn walk2(e: u32) -> u32 {
@@ -473,20 +477,27 @@ pub fn reduce(op: ReduceOp, d: DType) -> Option<Kernel> {
     }
     return off;
 }
+var<workgroup> red: array<f32, 256>;
 ";
     code += &load_fn(1, ty(d)?);
-    code += ENTRY;
     let _ = write!(
         code,
-        "    if (g >= p[K]) {{ return; }}
+        "fn combine(a: f32, b: f32) -> f32 {{ return {step}; }}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let g = wg.y * nwg.x + wg.x;
+    if (g >= p[K]) {{ return; }}
     let base = walk(g, 0u);
     let m = p[K + 39u];
     var acc: f32 = {init};
-    for (var r = 0u; r < m; r++) {{
-        let v = ld1(base + walk2(r));
-        {step}
+    for (var r = li; r < m; r += 256u) {{ acc = combine(acc, ld1(base + walk2(r))); }}
+    red[li] = acc;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {{
+        if (li < s) {{ red[li] = combine(red[li], red[li + s]); }}
+        workgroupBarrier();
     }}
-    b0[p[0] + g] = bitcast<u32>({finish});
+    if (li == 0u) {{ b0[p[0] + g] = bitcast<u32>({finish}); }}
 }}
 "
     );
@@ -533,9 +544,9 @@ mod tests {
     #[test]
     fn casts_saturate_and_wrap_as_rust_does() {
         let f_to_i8 = cast_expr(DType::F32, DType::I8).unwrap();
-        assert!(f_to_i8.contains("-128i") && f_to_i8.contains("127i") && f_to_i8.contains("a != a"), "{f_to_i8}");
+        assert!(f_to_i8.contains("-128i") && f_to_i8.contains("127i") && f_to_i8.contains("nan(a)"), "{f_to_i8}");
         assert_eq!(cast_expr(DType::I32, DType::U8).unwrap(), "u32(a)", "integers wrap when stored");
-        assert_eq!(cast_expr(DType::F32, DType::Bool).unwrap(), "select(0u, 1u, a != 0.0)");
+        assert_eq!(cast_expr(DType::F32, DType::Bool).unwrap(), "select(0u, 1u, a != 0.0 || nan(a))");
         assert!(cast_expr(DType::F64, DType::F32).is_none(), "no f64 in WGSL");
     }
 

@@ -36,7 +36,7 @@ fn wg_max(v: f32, li: u32) -> f32 {
     red[li] = v;
     workgroupBarrier();
     for (var s = 128u; s > 0u; s >>= 1u) {
-        if (li < s) { let o = red[li + s]; if (o > red[li] || o != o) { red[li] = o; } }
+        if (li < s) { let o = red[li + s]; if (o > red[li] || nan(o)) { red[li] = o; } }
         workgroupBarrier();
     }
     let r = red[0];
@@ -59,7 +59,7 @@ pub fn softmax(d: DType) -> Option<Kernel> {
     code += &load_fn(1, ty(d)?);
     code += ROW;
     code += "    var m = bitcast<f32>(0xff800000u);
-    for (var k = li; k < n; k += 256u) { let v = ld1(base + k * inner); if (v > m || v != v) { m = v; } }
+    for (var k = li; k < n; k += 256u) { let v = ld1(base + k * inner); if (v > m || nan(v)) { m = v; } }
     m = wg_max(m, li);
     var s = 0.0;
     for (var k = li; k < n; k += 256u) { s += exp(ld1(base + k * inner) - m); }
