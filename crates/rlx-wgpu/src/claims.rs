@@ -13,7 +13,7 @@ pub const KINDS: &[OpKind] = {
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape, StopGradient,
         Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d, RmsNorm,
-        FusedResidualLN, FusedResidualRmsNorm, Rope, RopeBackward, Attention, ElementwiseRegion,
+        FusedResidualLN, FusedResidualRmsNorm, Rope, RopeBackward, Attention, ElementwiseRegion, KvAppend, ArgMax, ArgMin,
     ]
 };
 
@@ -32,6 +32,8 @@ fn f32_only(op: &Op) -> bool {
             | Op::FusedResidualLN(_)
             | Op::FusedResidualRmsNorm(_)
             | Op::Reduce(_)
+            | Op::ArgMax(_)
+            | Op::ArgMin(_)
             | Op::Rope(_)
             | Op::RopeBackward(_)
             | Op::Attention(_)
@@ -65,7 +67,8 @@ impl Claims for WgpuClaims {
             Compare | Where | Cast => "f32, f16, bf16, 8/16/32-bit integers, Bool",
             Transpose | Expand | Narrow | Slice | Reverse | Gather => "1, 2, 4 and 8-byte elements; i32, u32, i64 indices",
             Concat => "4 and 8-byte elements",
-            Reduce => "f32; f16, bf16 via f32",
+            KvAppend => "4 and 8-byte elements, an i64 position; in place when the cache is graph state",
+            Reduce | ArgMax | ArgMin => "f32; f16, bf16 via f32",
             MatMul | Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => "f32; f16, bf16 via f32",
             Attention => "f32 heads up to 256 wide (f16, bf16 via f32); masks by position or a key mask; no bias",
             ElementwiseRegion => "up to 6 inputs, no prologue; each step as its standalone kernel takes it",

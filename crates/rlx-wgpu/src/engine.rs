@@ -209,6 +209,8 @@ impl WgpuEngine {
                 let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(s.axis as i64, x.dims.len())?);
                 self.rows(&k, &[out, x], outer * inner, n, inner, 0.0, None)
             }
+            Op::ArgMax(a) => self.arg_extreme(op, true, a.axis, ins[0], out),
+            Op::ArgMin(a) => self.arg_extreme(op, false, a.axis, ins[0], out),
             Op::LayerNorm(nm) => self.norm(op, shader::rows::Norm::Layer, nm.axis as i64, nm.eps, ins, out),
             Op::LayerNorm2d(nm) => self.norm(op, shader::rows::Norm::Layer, 1, nm.eps, ins, out),
             Op::RmsNorm(nm) => self.norm(op, shader::rows::Norm::Rms, nm.axis as i64, nm.eps, ins, out),
@@ -217,6 +219,11 @@ impl WgpuEngine {
             Op::Rope(r) => self.rope(op, r.head_dim, r.n_rot, r.style, false, ins, out),
             Op::RopeBackward(r) => self.rope(op, r.head_dim, r.n_rot, r.style, true, ins, out),
             Op::Attention(a) => self.attention(op, a, ins, out),
+            Op::KvAppend(a) => {
+                let cache = ins[0];
+                self.strided(op, cache, out, out.dims, [contiguous(cache.dims), contiguous(out.dims)], [0, 0])?;
+                self.kv_write(op, a, out, ins[1], ins.get(2).copied())
+            }
             _ => Err(format!("{} has no wgpu kernel", op.kind())),
         }
     }
@@ -255,6 +262,16 @@ impl WgpuEngine {
         params.push(0);
         params.extend([word(n)?, word(inner)?, f32_word(eps), res_last]);
         launch(&self.gpu, k, operands, &params, grid(rows)?)
+    }
+
+    /// `ArgMax` / `ArgMin` (`max`) along `axis` into i64 indices.
+    fn arg_extreme(&self, op: &Op, max: bool, axis: usize, x: Arg<'_, GpuMem>, out: Arg<'_, GpuMem>) -> Res {
+        let k = Self::kernel(shader::rows::arg_extreme(max, x.dtype), op, &[x.dtype])?;
+        if axis >= x.dims.len() || x.dims[axis] == 0 {
+            return Err(format!("no extreme along axis {axis} of {:?}", x.dims));
+        }
+        let (outer, n, inner) = lanes(x.dims, axis);
+        self.rows(&k, &[out, x], outer * inner, n, inner, 0.0, None)
     }
 
     /// `LayerNorm` / `LayerNorm2d` / `RmsNorm` along `axis`: inputs `(x, gamma, beta)`.
@@ -409,7 +426,11 @@ impl WgpuEngine {
         }
         if words[0] != 0 {
             gpu.queue.write_buffer(&gpu.report, 0, &[0; 16]);
-            return Err(gpu.error(format!("a gather index {} lies outside [0, {})", words[1] as i32, words[2])).into());
+            let what = match words[0] {
+                1 => format!("a gather index {} lies outside [0, {})", words[1] as i32, words[2]),
+                _ => format!("KvAppend's rows do not fit at position {} of a cache of {}", words[1] as i32, words[2]),
+            };
+            return Err(gpu.error(what).into());
         }
         Ok(out)
     }
@@ -490,6 +511,28 @@ impl Engine for WgpuEngine {
     }
 
     unsafe fn launch(&self, op: &Op, ins: &[Arg<'_, GpuMem>], outs: &[Arg<'_, GpuMem>], state: Option<(usize, Arg<'_, GpuMem>)>, _prepared: Option<&GpuMem>) -> std::result::Result<(), String> {
+        match (op, state) {
+            // A cache that is graph state takes the rows in place; the output, with `pos`, is
+            // its prefix, and with `at` the cache itself (no output here).
+            (Op::KvAppend(a), Some((_, cache))) => {
+                self.kv_write(op, a, cache, ins[0], ins.get(1).copied())?;
+                match outs.first() {
+                    Some(&out) => self.strided(op, cache, out, out.dims, [contiguous(cache.dims), contiguous(out.dims)], [0, 0]),
+                    None => Ok(()),
+                }
+            }
+            (_, state) => self.launch_plain(op, ins, outs, state),
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.finish(None).map(|_| ())
+    }
+}
+
+impl WgpuEngine {
+    /// A launch whose mutated operand, if any, is read as an ordinary one.
+    fn launch_plain(&self, op: &Op, ins: &[Arg<'_, GpuMem>], outs: &[Arg<'_, GpuMem>], state: Option<(usize, Arg<'_, GpuMem>)>) -> Res {
         match state {
             // An op that mutates an operand reads its state as an ordinary operand.
             Some((i, s)) => {
@@ -501,7 +544,16 @@ impl Engine for WgpuEngine {
         }
     }
 
-    fn sync(&self) -> Result<()> {
-        self.finish(None).map(|_| ())
+    /// Writes `rows` into `cache` at `at` (an i64 `[1]` read on the device) or `pos` along
+    /// the op's axis.
+    fn kv_write(&self, op: &Op, a: &rlx_ir::ops::shape::KvAppend, cache: Arg<'_, GpuMem>, rows: Arg<'_, GpuMem>, at: Option<Arg<'_, GpuMem>>) -> Res {
+        let k = Self::kernel(shader::kv_write(cache.dtype.size()), op, &[cache.dtype])?;
+        let n = numel(rows.dims);
+        let (axis, r) = (a.axis, cache.dims.len());
+        if axis >= r || rows.dims.len() != r {
+            return Err(format!("rows {:?} for a cache {:?} along axis {axis}", rows.dims, cache.dims));
+        }
+        let params = [word(n)?, word(rows.dims[axis])?, word(numel(&cache.dims[axis + 1..]))?, word(cache.dims[axis])?, word(a.pos)?, u32::from(at.is_some())];
+        launch(&self.gpu, &k, &[cache, rows, at.unwrap_or(rows)], &params, threads(n.max(1))?)
     }
 }

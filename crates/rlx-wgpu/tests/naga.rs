@@ -38,6 +38,10 @@ fn kernels() -> Vec<Kernel> {
     }
     all.extend(matmul::matmul(DType::F32));
     all.extend(rows::softmax(DType::F32));
+    all.extend(rows::arg_extreme(true, DType::F32));
+    all.extend(rows::arg_extreme(false, DType::F32));
+    all.extend(shader::kv_write(4));
+    all.extend(shader::kv_write(8));
     for norm in [rows::Norm::Layer, rows::Norm::Rms] {
         for residual in [None, Some(false), Some(true)] {
             all.extend(rows::norm(norm, residual, DType::F32));

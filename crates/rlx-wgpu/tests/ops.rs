@@ -191,13 +191,14 @@ fn gathers_by_each_index_dtype_and_a_bad_index_is_an_error() {
 }
 
 #[test]
-fn reductions_over_any_axes() {
+fn reductions_and_arg_extrema_over_any_axes() {
     let Some(gpu) = gpu() else { return };
     let gpu = unfused(gpu);
     for (i, op) in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod].into_iter().enumerate() {
         let mut g = Graph::new();
         let x = input(&mut g, "x", DType::F32, &[4, 6, 33]);
-        let outs = vec![g.reduce(op, x, &[2], false).unwrap(), g.reduce(op, x, &[0, 2], true).unwrap(), g.reduce(op, x, &[1], false).unwrap()];
+        let mut outs = vec![g.reduce(op, x, &[2], false).unwrap(), g.reduce(op, x, &[0, 2], true).unwrap(), g.reduce(op, x, &[1], false).unwrap()];
+        outs.extend([g.arg_max(x, 1, false).unwrap(), g.arg_min(x, 2, true).unwrap()]);
         g.set_outputs(outs).unwrap();
         let (lo, hi) = if op == ReduceOp::Prod { (0.9, 1.1) } else { (-2.0, 2.0) };
         agree(&gpu, &g, &[("x", random(&[4, 6, 33], 20 + i as u64, lo, hi))], F32, &[OpKind::Reduce]);
@@ -405,4 +406,37 @@ fn a_buffer_beyond_the_adapters_limits_is_a_typed_error() {
     let got = c.run(&[("x", &small)]).unwrap().remove(0).to_vec::<f32>().unwrap()[0];
     let want = side as f32 * (0.5f32.tanh() + (-0.25f32).tanh());
     assert!((got - want).abs() <= 1e-5 * want.abs(), "{got} vs {want}");
+}
+
+#[test]
+fn kv_appends_in_place_at_a_run_time_position_and_a_bad_one_is_an_error() {
+    if common::backend().is_none() {
+        return;
+    }
+    let Ok(own) = rlx_wgpu::WgpuBackend::new(0) else { return };
+    let own = Session::new(std::sync::Arc::new(own));
+    let mut g = Graph::new();
+    let cache = g.param("cache", TensorType::new(DType::F32, Shape::of(&[2, 8, 4])));
+    let rows = input(&mut g, "rows", DType::F32, &[2, 2, 4]);
+    let at = input(&mut g, "at", DType::I64, &[1]);
+    let y = g.kv_append_at(cache, rows, at, 1).unwrap();
+    let s = g.activation(ActivationKind::Tanh, y).unwrap();
+    g.set_outputs(vec![s]).unwrap();
+    let mut on_cpu = cpu().compile(&g).unwrap();
+    let mut on_gpu = own.compile(&g).unwrap();
+    assert!(on_gpu.partition().is_none(), "{}", on_gpu.partition().unwrap());
+    let c0 = random(&[2, 8, 4], 1, -1.0, 1.0);
+    on_cpu.set_param("cache", c0.clone()).unwrap();
+    on_gpu.set_param("cache", c0).unwrap();
+    for (i, pos) in [0i64, 3, 6].into_iter().enumerate() {
+        let r = random(&[2, 2, 4], 10 + i as u64, -1.0, 1.0);
+        let p = Tensor::from_vec(vec![pos], &[1]).unwrap();
+        let inputs = [("rows", &r), ("at", &p)];
+        compare(&on_gpu.run(&inputs).unwrap(), &on_cpu.run(&inputs).unwrap(), F32);
+    }
+    assert_eq!(on_gpu.param("cache").unwrap().to_vec::<f32>().unwrap(), on_cpu.param("cache").unwrap().to_vec::<f32>().unwrap());
+    let r = random(&[2, 2, 4], 20, -1.0, 1.0);
+    let p = Tensor::from_vec(vec![7i64], &[1]).unwrap();
+    let err = on_gpu.run(&[("rows", &r), ("at", &p)]).expect_err("two rows were written at slot 7 of 8");
+    assert!(err.to_string().contains("do not fit at position 7 of a cache of 8"), "{err}");
 }

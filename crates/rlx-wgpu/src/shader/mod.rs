@@ -504,6 +504,44 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     Some(Kernel { name: "reduce", code, operands: 2, report: false })
 }
 
+/// `KvAppend`'s write of `size`-byte elements (4 or 8), in place: the `n = outer·steps·inner`
+/// elements of `rows` (operand 1) go to positions `p..p + steps` along the axis of a cache
+/// (operand 0) of capacity `cap`, `p` being the i64 `at` (operand 2) when `p[K + 5]` is 1, else
+/// `p[K + 4]`; `p[K ..]` = `n, steps, inner, cap`. A position where the rows do not fit
+/// writes nothing and reports itself (`[2, p, cap]`).
+pub fn kv_write(size: usize) -> Option<Kernel> {
+    let w = match size {
+        4 | 8 => size / 4,
+        _ => return None,
+    };
+    let mut code = header(4, true);
+    code += ENTRY;
+    let _ = write!(
+        code,
+        "    let n = p[K];
+    let steps = p[K + 1u];
+    let inner = p[K + 2u];
+    let cap = p[K + 3u];
+    var pos = p[K + 4u];
+    var ok = true;
+    if (p[K + 5u] == 1u) {{ pos = b2[p[2] * 2u]; ok = b2[p[2] * 2u + 1u] == 0u; }}
+    ok = ok && steps <= cap && pos <= cap - steps;
+    if (!ok) {{
+        if (g == 0u && atomicExchange(&err[0], 2u) == 0u) {{ atomicStore(&err[1], pos); atomicStore(&err[2], cap); }}
+        return;
+    }}
+    if (g >= n) {{ return; }}
+    let span = steps * inner;
+    let dst = ((g / span) * cap + pos) * inner + g % span;
+"
+    );
+    for k in 0..w {
+        let _ = writeln!(code, "    b0[(p[0] + dst) * {w}u + {k}u] = b1[(p[1] + g) * {w}u + {k}u];");
+    }
+    code += "}\n";
+    Some(Kernel { name: "kv append", code, operands: 4, report: true })
+}
+
 /// The kernels a node of `op` over inputs of `dtypes` launches (empty for byte copies), or
 /// `None` when the backend has no kernel for it: what the claims, the compile-time build and
 /// the naga check all read.
@@ -526,6 +564,8 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Kernel>> {
         Op::Reduce(r) => one(reduce(r.op, d(0)?)),
         Op::MatMul(_) => (d(0)? == d(1)?).then(|| matmul::matmul(d(0)?)).flatten().map(|k| vec![k]),
         Op::Softmax(_) => one(rows::softmax(d(0)?)),
+        Op::ArgMax(_) => one(rows::arg_extreme(true, d(0)?)),
+        Op::ArgMin(_) => one(rows::arg_extreme(false, d(0)?)),
         Op::LayerNorm(_) | Op::LayerNorm2d(_) => one(rows::norm(rows::Norm::Layer, None, d(0)?)),
         Op::RmsNorm(_) => one(rows::norm(rows::Norm::Rms, None, d(0)?)),
         Op::FusedResidualLN(n) => one(rows::norm(rows::Norm::Layer, Some(n.has_bias), d(0)?).filter(|_| d(1) == d(0))),
@@ -533,6 +573,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Kernel>> {
         Op::Rope(_) | Op::RopeBackward(_) => one(attention::rope(d(0)?, d(1)?)),
         Op::Attention(a) => attention::for_attention(a, dtypes).map(|k| vec![k]),
         Op::ElementwiseRegion(r) => one(region::region(r, dtypes)),
+        Op::KvAppend(_) if dtypes.get(2).is_none_or(|&at| at == DType::I64) => Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?]),
         _ => None,
     }
 }

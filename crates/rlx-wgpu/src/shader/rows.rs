@@ -143,3 +143,54 @@ pub fn norm(kind: Norm, residual: Option<bool>, d: DType) -> Option<Kernel> {
     };
     Some(Kernel { name, code, operands, report: false })
 }
+
+/// `ArgMax` / `ArgMin` (`max`) of f32 along one axis into i64 (two words per index): each
+/// invocation keeps the first best of its elements, then the row reduces `(value, index)`
+/// pairs where NaN beats every number and ties go to the lower index, which picks the first
+/// extreme (`np.argmax`) whatever the order of reduction.
+pub fn arg_extreme(max: bool, d: DType) -> Option<Kernel> {
+    (d == DType::F32).then_some(())?;
+    let better = if max { ">" } else { "<" };
+    let mut code = header(2, false);
+    code += &load_fn(1, ty(d)?);
+    let _ = write!(
+        code,
+        "var<workgroup> vals: array<f32, 256>;
+var<workgroup> idxs: array<u32, 256>;
+fn beats(v: f32, i: u32, w: f32, j: u32) -> bool {{
+    if (nan(w)) {{ return nan(v) && i < j; }}
+    if (nan(v)) {{ return true; }}
+    return v {better} w || (v == w && i < j);
+}}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p[K]) {{ return; }}
+    let n = p[K + 36u];
+    let inner = p[K + 37u];
+    let base = (row / inner) * n * inner + row % inner;
+    var bv = 0.0;
+    var bi = 0xffffffffu;
+    for (var k = li; k < n; k += 256u) {{
+        let v = ld1(base + k * inner);
+        if (bi == 0xffffffffu || beats(v, k, bv, bi)) {{ bv = v; bi = k; }}
+    }}
+    vals[li] = bv;
+    idxs[li] = bi;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {{
+        if (li < s && idxs[li + s] != 0xffffffffu && (idxs[li] == 0xffffffffu || beats(vals[li + s], idxs[li + s], vals[li], idxs[li]))) {{
+            vals[li] = vals[li + s];
+            idxs[li] = idxs[li + s];
+        }}
+        workgroupBarrier();
+    }}
+    if (li == 0u) {{
+        b0[(p[0] + row) * 2u] = idxs[0];
+        b0[(p[0] + row) * 2u + 1u] = 0u;
+    }}
+}}
+"
+    );
+    Some(Kernel { name: if max { "argmax" } else { "argmin" }, code, operands: 2, report: false })
+}
