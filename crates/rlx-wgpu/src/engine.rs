@@ -101,7 +101,7 @@ impl WgpuEngine {
         if src.len == 0 {
             return Ok(());
         }
-        if src.offset % 4 != 0 || dst.offset % 4 != 0 {
+        if !src.offset.is_multiple_of(4) || !dst.offset.is_multiple_of(4) {
             return Err(format!("a copy between byte offsets {} and {} that are not whole words", src.offset, dst.offset));
         }
         let len = src.len.next_multiple_of(4);
@@ -334,7 +334,7 @@ impl WgpuEngine {
             [.., w] if a.head_dim > 0 => w / a.head_dim,
             _ => 0,
         };
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(format!("{heads} query heads cannot share {kv_heads} key heads"));
         }
         let layout = |dims: &[usize], h: usize| -> ([usize; 3], usize, usize) {
@@ -473,11 +473,11 @@ impl Engine for WgpuEngine {
         if src.is_empty() {
             return Ok(());
         }
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return Err(self.gpu.error(format!("an upload at byte offset {offset}, not a whole word")).into());
         }
         self.gpu.flush()?;
-        if src.len() % 4 == 0 {
+        if src.len().is_multiple_of(4) {
             self.gpu.queue.write_buffer(&dst.buf, offset as u64, src);
         } else {
             let mut padded = src.to_vec();

@@ -109,7 +109,7 @@ fn bind<'a>(gpu: &Gpu, a: &Arg<'a, GpuMem>) -> Result<Bound<'a>, String> {
     let start = a.offset / align * align;
     let delta = a.offset - start;
     let elem = a.dtype.size().max(1);
-    if delta % elem != 0 {
+    if !delta.is_multiple_of(elem) {
         return Err(format!("a {} operand at byte offset {} is not aligned to its elements", a.dtype, a.offset));
     }
     let size = (delta + a.len).next_multiple_of(4).max(4).min(a.buf.size().saturating_sub(start));

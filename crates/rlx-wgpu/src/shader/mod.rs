@@ -205,7 +205,7 @@ fn map(name: &'static str, out: DType, ins: &[DType], defs: &str, expr: &str) ->
         let t = ty(d)?;
         code += &load_fn(i + 1, t);
         let v = ["a", "b", "c"][i];
-        let _ = write!(body, "        let {v} = ld{j}(select(walk(e, {i}u), e, ((p[K + 34u] >> {i}u) & 1u) == 1u));\n", j = i + 1);
+        let _ = writeln!(body, "        let {v} = ld{j}(select(walk(e, {i}u), e, ((p[K + 34u] >> {i}u) & 1u) == 1u));", j = i + 1);
     }
     let per = o.per_word();
     code += ENTRY;

@@ -106,7 +106,7 @@ pub fn norm(kind: Norm, residual: Option<bool>, d: DType) -> Option<Kernel> {
             "bitcast<f32>(b0[p[0] + base + k * inner])".to_string()
         }
     };
-    let _ = write!(code, "    let eps = bitcast<f32>(p[K + 38u]);\n");
+    let _ = writeln!(code, "    let eps = bitcast<f32>(p[K + 38u]);");
     match kind {
         Norm::Layer => {
             let _ = write!(
