@@ -24,7 +24,7 @@ enum Command {
         /// Folder for the loss curve (loss.svg).
         #[arg(long, default_value = "rlx-demo")]
         out: std::path::PathBuf,
-        /// Where the character GPT trains: cpu, cuda[:N].
+        /// Where the character GPT trains: cpu, cuda[:N], wgpu[:N].
         #[arg(long, default_value = "cpu")]
         device: rlx::Device,
     },
@@ -36,7 +36,7 @@ enum Command {
         /// Print every vector in full as JSON.
         #[arg(long)]
         json: bool,
-        /// Where to run: cpu, cuda[:N].
+        /// Where to run: cpu, cuda[:N], wgpu[:N].
         #[arg(long, default_value = "cpu")]
         device: rlx::Device,
         /// What the encoder computes in (weights stay f32; embeddings come out f32).
@@ -68,7 +68,7 @@ enum Command {
         top_p: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Where to run: cpu, cuda[:N].
+        /// Where to run: cpu, cuda[:N], wgpu[:N].
         #[arg(long, default_value = "cpu")]
         device: rlx::Device,
     },

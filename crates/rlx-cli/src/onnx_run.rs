@@ -41,7 +41,7 @@ pub struct OnnxRunArgs {
     /// With --bench: time every node of the compiled graph and print where the runs went.
     #[arg(long, requires = "bench")]
     pub profile: bool,
-    /// Where to run: cpu, cuda[:N] (what the device does not run goes to the CPU).
+    /// Where to run: cpu, cuda[:N], wgpu[:N] (what the device does not run goes to the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
 }

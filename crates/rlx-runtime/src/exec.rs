@@ -41,7 +41,11 @@ pub struct Executor<E: Engine> {
     params: Vec<Option<Held<E::Buffer>>>,
     /// Per parameter: its prepared form, once a plan's step has needed it.
     prepared: Vec<Option<Prepared<E::Prepared>>>,
+    /// Plans by input dims, then the sizes bound to [`Executor::symbols`].
     plans: HashMap<Vec<Vec<usize>>, Plan<E>>,
+    /// The symbolic dims the graph's values carry: a segment of a partitioned graph may size
+    /// a value by a symbol none of its inputs has, so it is planned per size of each.
+    symbols: Vec<String>,
     /// A zero-byte buffer: the operand view of a parameter held only prepared.
     empty: E::Buffer,
     profiling: bool,
@@ -138,9 +142,21 @@ impl<E: Engine> Executor<E> {
     pub fn new(engine: Arc<E>, graph: Graph) -> Result<Executor<E>> {
         let n = graph.params().len();
         let empty = engine.alloc(0)?;
+        let mut symbols: Vec<String> = graph
+            .nodes()
+            .iter()
+            .flat_map(|n| n.outputs.iter().flat_map(|t| t.shape.0.iter()))
+            .filter_map(|d| match d {
+                rlx_ir::Dim::Sym(s) => Some(s.clone()),
+                rlx_ir::Dim::Static(_) => None,
+            })
+            .collect();
+        symbols.sort();
+        symbols.dedup();
         let mut exec = Executor {
             engine,
             graph,
+            symbols,
             params: (0..n).map(|_| None).collect(),
             prepared: (0..n).map(|_| None).collect(),
             plans: HashMap::new(),
@@ -150,19 +166,27 @@ impl<E: Engine> Executor<E> {
             layout: 0,
         };
         let static_inputs: Option<Vec<Vec<usize>>> = exec.graph.inputs().iter().map(|(_, v)| exec.graph.ty(*v).shape.as_static()).collect();
-        if let Some(shapes) = static_inputs {
+        if let (Some(shapes), true) = (static_inputs, exec.symbols.is_empty()) {
             exec.plan_for(&shapes, &Bindings::new())?;
         }
         Ok(exec)
     }
 
-    /// The plan for these input dims, made on first use.
+    /// The key of the plan for these input dims and symbol sizes.
+    fn key(&self, dims: &[Vec<usize>], bindings: &Bindings) -> Vec<Vec<usize>> {
+        let mut key = dims.to_vec();
+        key.push(self.symbols.iter().map(|s| bindings.get(s).copied().unwrap_or(usize::MAX)).collect());
+        key
+    }
+
+    /// The plan for these input dims and symbol sizes, made on first use.
     fn plan_for(&mut self, dims: &[Vec<usize>], bindings: &Bindings) -> Result<&mut Plan<E>> {
-        if !self.plans.contains_key(dims) {
+        let key = self.key(dims, bindings);
+        if !self.plans.contains_key(&key) {
             let plan = Plan::new(&*self.engine, &self.graph, dims, bindings)?;
-            self.plans.insert(dims.to_vec(), plan);
+            self.plans.insert(key.clone(), plan);
         }
-        Ok(self.plans.get_mut(dims).expect("plan was just inserted"))
+        Ok(self.plans.get_mut(&key).expect("plan was just inserted"))
     }
 
     /// Runs the plan for `inputs`, makes each output `o` of `updates` (`(output, parameter)`)
@@ -178,9 +202,10 @@ impl<E: Engine> Executor<E> {
         let dims: Vec<Vec<usize>> = inputs.iter().map(|f| f.dims().to_vec()).collect();
         let engine = self.engine.clone();
         self.plan_for(&dims, bindings)?;
-        self.check_updates(&self.plans[&dims], updates)?;
+        let key = self.key(&dims, bindings);
+        self.check_updates(&self.plans[&key], updates)?;
         let Executor { plans, params, prepared, empty, profiling, epoch, layout, .. } = self;
-        let plan = plans.get_mut(&dims).expect("plan was made above");
+        let plan = plans.get_mut(&key).expect("plan was made above");
         let (profiling, at) = (*profiling, *epoch);
         let outputs = engine.scope(|| {
             plan.hold_weights(&engine, params, prepared, empty, at, layout)?;

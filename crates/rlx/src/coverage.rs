@@ -22,6 +22,8 @@ pub fn backends() -> Vec<Column> {
     let mut columns = vec![Column { name: "cpu", claims: &CPU, host: None }];
     #[cfg(feature = "cuda")]
     columns.push(Column { name: "cuda", claims: &rlx_cuda::CudaClaims, host: Some(&CPU) });
+    #[cfg(feature = "wgpu")]
+    columns.push(Column { name: "wgpu", claims: &rlx_wgpu::WgpuClaims, host: Some(&CPU) });
     columns
 }
 

@@ -31,6 +31,8 @@ pub use rlx_autodiff as autodiff;
 pub use rlx_cpu as cpu;
 #[cfg(feature = "cuda")]
 pub use rlx_cuda as cuda;
+#[cfg(feature = "wgpu")]
+pub use rlx_wgpu as wgpu;
 pub use rlx_ir as ir;
 pub use rlx_models as models;
 pub use rlx_opt as opt;
@@ -55,6 +57,10 @@ pub fn backend(device: Device) -> Result<Arc<dyn Backend>, RuntimeError> {
         Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
         #[cfg(feature = "cuda")]
         Device::Cuda(ordinal) => Ok(Arc::new(rlx_cuda::CudaBackend::new(ordinal)?)),
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu(index) => Ok(Arc::new(rlx_wgpu::WgpuBackend::new(index)?)),
+        // Reached in builds without the `cuda` or `wgpu` feature.
+        #[allow(unreachable_patterns)]
         other => Err(RuntimeError::Backend {
             backend: other.to_string(),
             msg: "this build of rlx has no backend for the device".into(),
