@@ -4,6 +4,7 @@
 
 use crate::bpe::BpeTokenizer;
 use crate::error::{ModelError, Result};
+use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -133,7 +134,9 @@ fn raise_exception(msg: String) -> std::result::Result<Value, Error> {
 /// `tojson(value, indent=None)` as `transformers` defines it: Python's `json.dumps` with
 /// non-ASCII kept, keys in their order (`", "` and `": "` between items, or one item a line
 /// under `indent`).
-fn tojson(value: Value, indent: Option<usize>) -> std::result::Result<Value, Error> {
+fn tojson(value: Value, indent: Option<usize>, kwargs: Kwargs) -> std::result::Result<Value, Error> {
+    let indent = indent.or(kwargs.get::<Option<usize>>("indent")?);
+    kwargs.assert_all_used()?;
     let mut out = String::new();
     python_json(&value, indent, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
@@ -215,6 +218,7 @@ fn strftime(format: &str, secs: u64) -> String {
             Some('S') => out.push_str(&format!("{:02}", rest % 60)),
             Some('B') => out.push_str(MONTHS[(m - 1) as usize]),
             Some('b') => out.push_str(&MONTHS[(m - 1) as usize][..3]),
+            Some('%') => out.push('%'),
             Some(other) => {
                 out.push('%');
                 out.push(other);

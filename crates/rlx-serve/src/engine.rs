@@ -4,7 +4,8 @@
 
 use rlx::models::llama::batch::{Batcher, Finish, SeqId, SeqRequest};
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -31,6 +32,14 @@ struct Job {
 #[derive(Clone)]
 pub struct Engine {
     tx: mpsc::Sender<Job>,
+    load: Arc<Load>,
+}
+
+/// Sequences queued and running, as of the engine's last step.
+#[derive(Debug, Default)]
+pub struct Load {
+    pub queued: AtomicUsize,
+    pub running: AtomicUsize,
 }
 
 /// Counters the engine keeps, for the shutdown summary.
@@ -48,8 +57,15 @@ impl Engine {
     /// last handle is dropped.
     pub fn start(batcher: Batcher) -> std::io::Result<(Engine, std::thread::JoinHandle<EngineStats>)> {
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new().name("rlx-engine".into()).spawn(move || run(batcher, rx))?;
-        Ok((Engine { tx }, thread))
+        let load = Arc::new(Load::default());
+        let shared = load.clone();
+        let thread = std::thread::Builder::new().name("rlx-engine".into()).spawn(move || run(batcher, rx, &shared))?;
+        Ok((Engine { tx, load }, thread))
+    }
+
+    /// (queued, running) sequences.
+    pub fn load(&self) -> (usize, usize) {
+        (self.load.queued.load(Ordering::Relaxed), self.load.running.load(Ordering::Relaxed))
     }
 
     /// Queues `req`; its messages come on `out`. False when the engine has stopped.
@@ -58,10 +74,13 @@ impl Engine {
     }
 }
 
-fn run(mut batcher: Batcher, rx: mpsc::Receiver<Job>) -> EngineStats {
+fn run(mut batcher: Batcher, rx: mpsc::Receiver<Job>, load: &Load) -> EngineStats {
     let mut outs: HashMap<SeqId, UnboundedSender<Out>> = HashMap::new();
     let mut stats = EngineStats::default();
     loop {
+        let (queued, running) = batcher.pending();
+        load.queued.store(queued, Ordering::Relaxed);
+        load.running.store(running, Ordering::Relaxed);
         let first = if batcher.is_idle() {
             match rx.recv() {
                 Ok(job) => Some(job),

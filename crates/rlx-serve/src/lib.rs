@@ -18,7 +18,7 @@ use rlx::models::bert::SentenceEncoder;
 use rlx::models::bpe::BpeTokenizer;
 use rlx::models::chat::{end_of_turn_tokens, ChatTemplate};
 use rlx::models::llama::batch::{slot_bytes, BatchConfig, Batcher, PooledDecoder, PooledLlama};
-use rlx::models::llama::{GgufModel, HfModel};
+use rlx::models::llama::{GgufModel, HfModel, LlamaConfig, Weights};
 use rlx::Session;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -104,9 +104,9 @@ pub fn model_name(path: &Path) -> String {
     stem.map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
 }
 
-/// Loads the GGUF file or Hugging Face folder at `path`, compiles its pooled decoder on
-/// `session` and starts the engine; `progress` is called with (tensors read, total).
-pub fn load_llm(path: &Path, name: String, o: &LlmOptions, session: &Session, progress: impl FnMut(usize, usize)) -> Result<(Llm, std::thread::JoinHandle<engine::EngineStats>), ServeError> {
+/// Loads the GGUF file or Hugging Face folder at `path` and starts serving it ([`start_llm`]);
+/// `progress` is called with (tensors read, total).
+pub fn load_llm(path: &Path, name: String, o: &LlmOptions, session: &Session, progress: impl FnMut(usize, usize)) -> Result<(Llm, EngineThread), ServeError> {
     let (tokenizer, config, weights) = if path.is_dir() {
         let m = HfModel::open(path, progress)?;
         (m.tokenizer, m.config, m.weights)
@@ -114,23 +114,31 @@ pub fn load_llm(path: &Path, name: String, o: &LlmOptions, session: &Session, pr
         let m = GgufModel::open(path, progress)?;
         (m.tokenizer, m.config, m.weights)
     };
+    start_llm(name, tokenizer, &config, weights, o, session)
+}
+
+/// The engine thread; joining it gives its counters once every [`Engine`] handle is dropped.
+pub type EngineThread = std::thread::JoinHandle<engine::EngineStats>;
+
+/// Compiles the pooled decoder of `config` over `weights` on `session` and starts its engine.
+pub fn start_llm(name: String, tokenizer: BpeTokenizer, config: &LlamaConfig, weights: Weights, o: &LlmOptions, session: &Session) -> Result<(Llm, EngineThread), ServeError> {
     let context = o.context.map_or(config.context, |c| c.min(config.context)).max(2);
     let block = o.batch.block.max(1);
-    let slots = o.kv_bytes / slot_bytes(&config) / block * block;
+    let slots = o.kv_bytes / slot_bytes(config) / block * block;
     if slots < block {
-        return Err(ServeError::Config(format!("a KV budget of {} bytes holds no block of {block} slots ({} bytes a slot)", o.kv_bytes, slot_bytes(&config))));
+        return Err(ServeError::Config(format!("a KV budget of {} bytes holds no block of {block} slots ({} bytes a slot)", o.kv_bytes, slot_bytes(config))));
     }
     let template = ChatTemplate::for_tokenizer(&tokenizer)?;
     if template.fallback {
         tracing::warn!("{name}: the model has no chat template; chat requests use ChatML");
     }
-    let model = PooledLlama::build(&config, &weights, slots, context)?;
+    let model = PooledLlama::build(config, &weights, slots, context)?;
     drop(weights);
     let decoder = PooledDecoder::new(model, session)?;
     let batcher = Batcher::new(decoder, o.batch.clone());
     tracing::info!(
         "{name}: context {context}, KV pool {slots} slots in blocks of {block} ({:.0} MiB), batches of up to {} sequences",
-        (slots * slot_bytes(&config)) as f64 / (1 << 20) as f64,
+        (slots * slot_bytes(config)) as f64 / (1 << 20) as f64,
         o.batch.max_batch
     );
     let (engine, thread) = Engine::start(batcher)?;

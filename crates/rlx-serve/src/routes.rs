@@ -28,7 +28,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
-        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/health", get(health))
         .fallback(|| async { ApiError { status: axum::http::StatusCode::NOT_FOUND, ..ApiError::invalid("Unknown endpoint.", None) } })
         .with_state(state)
 }
@@ -41,6 +41,12 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     let names = state.llm.iter().map(|m| &m.name).chain(state.embedder.iter().map(|e| &e.name));
     let data: Vec<Value> = names.map(|n| json!({"id": n, "object": "model", "created": state.created, "owned_by": "rlx"})).collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+/// `{"status": "ok"}` with the sequences queued and running.
+async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let (queued, running) = state.llm.as_ref().map_or((0, 0), |m| m.engine.load());
+    Json(json!({"status": "ok", "queued": queued, "running": running}))
 }
 
 /// The language model `name` names.
