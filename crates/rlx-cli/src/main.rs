@@ -128,7 +128,8 @@ enum DemoJob {
 
 fn main() {
     let cli = Cli::parse();
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
     let result = match cli.command {
         Command::Demo { job, steps, out, device } => match job {
             None => demo::charlm::run(steps, out, device),
