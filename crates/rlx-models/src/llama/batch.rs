@@ -5,7 +5,7 @@
 //! The caches of all sequences share one pool per layer (`[slots, H_kv·D]`, graph state as
 //! the single-sequence caches are). A step's new keys and values are appended as one
 //! contiguous run of slots; attention reads the union of the step's sequences' slots
-//! (gathered, sequence by sequence) under a mask that shows each token only its own
+//! (gathered, sequence by sequence, each from a multiple of 128 rows) under a mask that shows each token only its own
 //! sequence's earlier positions, so its result is the one the sequence gets alone. Everything
 //! here is host bookkeeping and graph inputs: any backend that runs the graph batches.
 //!
@@ -33,6 +33,10 @@ pub const MASK_LOCAL: &str = "mask_local";
 const HIDDEN: f32 = -1e9;
 /// The fewest union rows a step is padded to.
 const MIN_ROWS: usize = 64;
+/// Each sequence's rows start at a multiple of this in the union (hidden rows between), so a
+/// kernel that walks keys in tiles from the first visible one splits a sequence's keys where
+/// it would alone, and its sums round the same.
+const SEGMENT: usize = 128;
 
 /// A decoder over a pooled KV cache, before compilation.
 pub struct PooledLlama {
@@ -180,16 +184,25 @@ impl PooledDecoder {
         if next + pad > self.slots {
             return bad(format!("slots {at}..{} are past the pool's {}", next + pad, self.slots));
         }
-        let used: usize = parts.iter().map(|p| p.slots.len()).sum();
+        let offsets: Vec<usize> = parts
+            .iter()
+            .scan(0, |end, p| {
+                let at = *end;
+                *end = (at + p.slots.len()).next_multiple_of(SEGMENT);
+                Some(at)
+            })
+            .collect();
+        let used = parts.last().map_or(0, |p| offsets[offsets.len() - 1] + p.slots.len());
         let u = bucket(used).max(MIN_ROWS);
         let (mut tokens, mut positions) = (Vec::with_capacity(t), Vec::with_capacity(t));
-        let mut rows: Vec<i64> = Vec::with_capacity(u);
+        let mut rows: Vec<i64> = vec![0; u];
         let mut mask = vec![HIDDEN; t * u];
         let mut local = self.window.map(|_| vec![HIDDEN; t * u]);
         let mut out_rows = Vec::new();
-        for p in parts {
-            let offset = rows.len();
-            rows.extend(p.slots.iter().map(|&s| s as i64));
+        for (p, &offset) in parts.iter().zip(&offsets) {
+            for (row, &s) in rows[offset..].iter_mut().zip(p.slots) {
+                *row = s as i64;
+            }
             for (i, &tok) in p.tokens.iter().enumerate() {
                 let (r, q) = (tokens.len(), p.start + i);
                 tokens.push(i64::from(tok));
@@ -205,7 +218,6 @@ impl PooledDecoder {
         }
         tokens.resize(t, 0);
         positions.resize(t, 0);
-        rows.resize(u, 0);
         if out_rows.is_empty() {
             out_rows.push(0);
         }
