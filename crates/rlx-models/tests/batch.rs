@@ -175,3 +175,21 @@ fn seeded_sampling_is_the_same_batched_and_alone() {
         assert_eq!(together[i], serve(&mut batcher(&c, &w, 512, BatchConfig::default()), std::slice::from_ref(r), &[0])[0], "request {i}");
     }
 }
+
+#[test]
+fn sixteen_sequences_with_caches_past_one_key_tile_agree_batched_and_alone() {
+    // Decode steps of 9 to 16 rows (the attention kernel's block path) over caches of up to
+    // 190 keys, more than one 128-key tile.
+    let c = tiny(97);
+    let w = Weights::random(&c, 61, Some(GgufType::Q8_0));
+    let mut rng = Rng::new(62);
+    let reqs: Vec<SeqRequest> = (0..16).map(|_| {
+        let len = 100 + (rng.uniform() * 60.0) as usize;
+        greedy(&(0..len).map(|_| (rng.uniform() * 97.0) as u32 % 97).collect::<Vec<_>>(), 30)
+    }).collect();
+    let cfg = BatchConfig { block: 16, max_batch: 16, prefill_chunk: 64 };
+    let together = serve(&mut batcher(&c, &w, 4096, cfg.clone()), &reqs, &[0; 16]);
+    for (i, r) in reqs.iter().enumerate() {
+        assert_eq!(together[i], serve(&mut batcher(&c, &w, 4096, cfg.clone()), std::slice::from_ref(r), &[0])[0], "request {i}");
+    }
+}
