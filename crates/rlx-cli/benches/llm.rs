@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prefill.feed(&tokens[..pp])?;
         let pp_s = t.elapsed().as_secs_f64();
         decode.reset();
-        let (_, times) = decode.generate(&tokens[..16], tg + 1, Sampling::GREEDY, None, |_| {})?;
+        let (_, times) = decode.generate(&tokens[..16], tg + 1, Sampling::GREEDY, &[], |_| {})?;
         let tg_s: f64 = times.decode.iter().map(|d| d.as_secs_f64()).sum();
         if rep > 0 {
             pp_rates.push(pp as f64 / pp_s);

@@ -52,8 +52,11 @@ enum Command {
         #[arg(long)]
         model: std::path::PathBuf,
         /// The prompt, verbatim (`<|im_start|>`-style special tokens are recognised).
+        #[arg(long, required_unless_present = "chat", conflicts_with = "chat")]
+        prompt: Option<String>,
+        /// A question put through the model's chat template as one user turn; prints the reply.
         #[arg(long)]
-        prompt: String,
+        chat: Option<String>,
         /// Most new tokens.
         #[arg(short = 'n', long, default_value_t = 64)]
         n: usize,
@@ -72,6 +75,34 @@ enum Command {
         #[arg(long, default_value = "cpu")]
         device: rlx::Device,
     },
+    /// Chat with a Llama-family model in the terminal (history kept, replies streamed).
+    Chat {
+        /// The .gguf file, or a Hugging Face checkpoint folder.
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// A system message opening the conversation.
+        #[arg(long)]
+        system: Option<String>,
+        /// Most tokens of one reply.
+        #[arg(short = 'n', long, default_value_t = 512)]
+        n: usize,
+        /// Tokens the whole conversation may take (the model's context when smaller).
+        #[arg(long, default_value_t = 4096)]
+        ctx: usize,
+        #[arg(long, default_value_t = 0.7)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        #[arg(long, default_value_t = 0.9)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Where to run: cpu, cuda[:N].
+        #[arg(long, default_value = "cpu")]
+        device: rlx::Device,
+    },
+    /// Serve a model over an OpenAI-compatible HTTP API (chat, completions, embeddings), batching concurrent requests.
+    Serve(rlx_cli::serve::ServeArgs),
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -97,6 +128,8 @@ enum DemoJob {
 
 fn main() {
     let cli = Cli::parse();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
     let result = match cli.command {
         Command::Demo { job, steps, out, device } => match job {
             None => demo::charlm::run(steps, out, device),
@@ -105,13 +138,23 @@ fn main() {
         },
         Command::Embed { model, json, device, compute, texts } => rlx_cli::embed::run(&model, &texts, json, device, compute).map_err(Into::into),
         Command::OnnxRun(args) => std::process::exit(rlx_cli::onnx_run::main(&args)),
-        Command::Generate { model, prompt, n, temperature, top_k, top_p, seed, device } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
+        Command::Generate { model, prompt, chat, n, temperature, top_k, top_p, seed, device } => rlx_cli::generate::run(&rlx_cli::generate::GenerateOptions {
             model,
-            prompt,
+            chat: chat.is_some(),
+            prompt: chat.or(prompt).unwrap_or_default(),
             n,
             sampling: rlx::models::llama::Sampling { temperature, top_k, top_p, seed },
             device,
         }),
+        Command::Chat { model, system, n, ctx, temperature, top_k, top_p, seed, device } => rlx_cli::chat::run(&rlx_cli::chat::ChatOptions {
+            model,
+            system,
+            n,
+            context: ctx,
+            sampling: rlx::models::llama::Sampling { temperature, top_k, top_p, seed },
+            device,
+        }),
+        Command::Serve(args) => rlx_cli::serve::run(&args),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())

@@ -3,6 +3,7 @@
 
 pub mod bert;
 pub mod bpe;
+pub mod chat;
 pub mod cnn;
 mod error;
 pub mod gpt;

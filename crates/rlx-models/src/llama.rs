@@ -19,8 +19,10 @@
 //! (kernels accumulate and take norm / softmax statistics in f32) and the logits come out
 //! F32. A tied head and the embedding share one `[d, vocab]` matrix.
 
+pub mod batch;
 mod config;
 mod generate;
+mod kv_pool;
 pub mod hf;
 mod variant;
 mod weights;
@@ -28,6 +30,7 @@ mod weights;
 pub use config::LlamaConfig;
 pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
 pub use hf::HfModel;
+pub use kv_pool::KvPool;
 pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
 pub use weights::{MappedBlocks, Stored, Weights};
 
@@ -149,6 +152,22 @@ struct Builder<'w> {
     norm_plus_one: bool,
     /// The activations', dense weights' and caches' dtype.
     dtype: DType,
+}
+
+/// What the attention of one kind of layer reads and where its cache is written.
+#[derive(Clone, Copy)]
+struct Attend {
+    /// `[S, rope_dim/2]` rope rows of the step's tokens.
+    cos: ValueId,
+    sin: ValueId,
+    /// Additive mask over the slots attention reads.
+    mask: ValueId,
+    /// `[1]` I64: the cache slot the step's first token goes to.
+    at: ValueId,
+    /// Slots of the cache.
+    slots: usize,
+    /// `[U]` I64: the cache slots attention reads (a pooled cache); the whole cache when `None`.
+    rows: Option<ValueId>,
 }
 
 impl Builder<'_> {
@@ -324,61 +343,9 @@ impl Llama {
             None => pos,
         };
 
-        let mut x = b.embedding("token_embd.weight", tokens)?;
-        if let Some(scale) = var.embed_scale {
-            x = b.scale(x, scale)?;
-        }
-        let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
-        let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
-        let attn = Attention { score_scale: var.attn_scale, attn_logit_softcap: var.attn_softcap, ..Attention::new(h, hd, MaskKind::Bias) };
-        for l in 0..c.layers {
-            let p = |n: &str| format!("blk.{l}.{n}");
-            let slides = local.is_some_and(|w| w.layers.get(l) == Some(&true));
-            let (cos, sin, mask) = if slides { (cos_local, sin_local, mask_local) } else { (cos, sin, mask) };
-            let (slot, slots) = if slides { (pos_local, ring.unwrap_or(capacity)) } else { (pos, capacity) };
-            let a = b.rms_norm(&p("attn_norm.weight"), x, c.eps)?;
-            let q = b.linear(&p("attn_q.weight"), a)?;
-            let k = b.linear(&p("attn_k.weight"), a)?;
-            let v = b.linear(&p("attn_v.weight"), a)?;
-            let q = b.bias(var.qkv_bias, &p("attn_q.bias"), q)?;
-            let k = b.bias(var.qkv_bias, &p("attn_k.bias"), k)?;
-            let v = b.bias(var.qkv_bias, &p("attn_v.bias"), v)?;
-            let (q, k) = if var.qk_norm {
-                (b.head_norm(&p("attn_q_norm.weight"), q, h, hd, c.eps)?, b.head_norm(&p("attn_k_norm.weight"), k, hkv, hd, c.eps)?)
-            } else {
-                (q, k)
-            };
-            let q = b.g.rope(rope.clone(), q, cos, sin)?;
-            let k = b.g.rope(rope.clone(), k, cos, sin)?;
-            let k = b.cache(&p("k_cache"), k, slot, hkv * hd, slots)?;
-            let v = b.cache(&p("v_cache"), v, slot, hkv * hd, slots)?;
-            let o = b.g.attention(attn.clone(), q, k, v, Some(mask))?;
-            let o = b.linear(&p("attn_output.weight"), o)?;
-            let o = b.bias(var.o_bias, &p("attn_output.bias"), o)?;
-            let o = if var.post_norms { b.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };
-            x = b.g.binary(BinaryOp::Add, x, o)?;
-            let f = b.rms_norm(&p("ffn_norm.weight"), x, c.eps)?;
-            let gate = b.linear(&p("ffn_gate.weight"), f)?;
-            let gate = b.bias(var.ffn_bias, &p("ffn_gate.bias"), gate)?;
-            let gate = b.g.activation(var.ffn_act, gate)?;
-            let up = b.linear(&p("ffn_up.weight"), f)?;
-            let up = b.bias(var.ffn_bias, &p("ffn_up.bias"), up)?;
-            let f = b.g.binary(BinaryOp::Mul, gate, up)?;
-            let f = b.linear(&p("ffn_down.weight"), f)?;
-            let f = b.bias(var.ffn_bias, &p("ffn_down.bias"), f)?;
-            let f = if var.post_norms { b.rms_norm(&p("post_ffw_norm.weight"), f, c.eps)? } else { f };
-            x = b.g.binary(BinaryOp::Add, x, f)?;
-        }
-        let x = b.g.gather(x, out_rows, 0)?;
-        let x = b.rms_norm("output_norm.weight", x, c.eps)?;
-        let head = if weights.has("output.weight") { "output.weight" } else { "token_embd.weight" };
-        let logits = b.linear(head, x)?;
-        let logits = match var.final_softcap {
-            Some(cap) => b.softcap(logits, cap)?,
-            None => logits,
-        };
-        let logits = b.cast(logits, DType::F32)?;
-        b.g.set_outputs(vec![logits])?;
+        let global = Attend { cos, sin, mask, at: pos, slots: capacity, rows: None };
+        let local = Attend { cos: cos_local, sin: sin_local, mask: mask_local, at: pos_local, slots: ring.unwrap_or(capacity), rows: None };
+        let logits = b.decoder(c, tokens, out_rows, &global, &local)?;
         Ok(Llama { config: c.clone(), graph: b.g, logits, params: b.params, capacity, ring, chunk, dtype })
     }
 
@@ -482,6 +449,68 @@ fn rope_tables(base: f64, n_rot: usize, scaling: &RopeScaling, n: usize) -> (Vec
 }
 
 impl Builder<'_> {
+    /// The decoder over `tokens`: embedding, the layers (full-attention ones attending as
+    /// `global` says, sliding ones as `local`), and the `[R, vocab]` F32 logits of `out_rows`,
+    /// set as the graph's output.
+    fn decoder(&mut self, c: &LlamaConfig, tokens: ValueId, out_rows: ValueId, global: &Attend, local: &Attend) -> Result<ValueId> {
+        let var = &c.variant;
+        let mut x = self.embedding("token_embd.weight", tokens)?;
+        if let Some(scale) = var.embed_scale {
+            x = self.scale(x, scale)?;
+        }
+        let (h, hkv, hd) = (c.heads, c.kv_heads, c.head_dim);
+        let rope = Rope { head_dim: hd, n_rot: c.rope_dim, style: c.rope_style };
+        let attn = Attention { score_scale: var.attn_scale, attn_logit_softcap: var.attn_softcap, ..Attention::new(h, hd, MaskKind::Bias) };
+        for l in 0..c.layers {
+            let p = |n: &str| format!("blk.{l}.{n}");
+            let slides = var.sliding.as_ref().is_some_and(|w| w.layers.get(l) == Some(&true));
+            let at = if slides { local } else { global };
+            let a = self.rms_norm(&p("attn_norm.weight"), x, c.eps)?;
+            let q = self.linear(&p("attn_q.weight"), a)?;
+            let k = self.linear(&p("attn_k.weight"), a)?;
+            let v = self.linear(&p("attn_v.weight"), a)?;
+            let q = self.bias(var.qkv_bias, &p("attn_q.bias"), q)?;
+            let k = self.bias(var.qkv_bias, &p("attn_k.bias"), k)?;
+            let v = self.bias(var.qkv_bias, &p("attn_v.bias"), v)?;
+            let (q, k) = if var.qk_norm {
+                (self.head_norm(&p("attn_q_norm.weight"), q, h, hd, c.eps)?, self.head_norm(&p("attn_k_norm.weight"), k, hkv, hd, c.eps)?)
+            } else {
+                (q, k)
+            };
+            let q = self.g.rope(rope.clone(), q, at.cos, at.sin)?;
+            let k = self.g.rope(rope.clone(), k, at.cos, at.sin)?;
+            let k = self.cache(&p("k_cache"), k, at, hkv * hd)?;
+            let v = self.cache(&p("v_cache"), v, at, hkv * hd)?;
+            let o = self.g.attention(attn.clone(), q, k, v, Some(at.mask))?;
+            let o = self.linear(&p("attn_output.weight"), o)?;
+            let o = self.bias(var.o_bias, &p("attn_output.bias"), o)?;
+            let o = if var.post_norms { self.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };
+            x = self.g.binary(BinaryOp::Add, x, o)?;
+            let f = self.rms_norm(&p("ffn_norm.weight"), x, c.eps)?;
+            let gate = self.linear(&p("ffn_gate.weight"), f)?;
+            let gate = self.bias(var.ffn_bias, &p("ffn_gate.bias"), gate)?;
+            let gate = self.g.activation(var.ffn_act, gate)?;
+            let up = self.linear(&p("ffn_up.weight"), f)?;
+            let up = self.bias(var.ffn_bias, &p("ffn_up.bias"), up)?;
+            let f = self.g.binary(BinaryOp::Mul, gate, up)?;
+            let f = self.linear(&p("ffn_down.weight"), f)?;
+            let f = self.bias(var.ffn_bias, &p("ffn_down.bias"), f)?;
+            let f = if var.post_norms { self.rms_norm(&p("post_ffw_norm.weight"), f, c.eps)? } else { f };
+            x = self.g.binary(BinaryOp::Add, x, f)?;
+        }
+        let x = self.g.gather(x, out_rows, 0)?;
+        let x = self.rms_norm("output_norm.weight", x, c.eps)?;
+        let head = if self.w.has("output.weight") { "output.weight" } else { "token_embd.weight" };
+        let logits = self.linear(head, x)?;
+        let logits = match var.final_softcap {
+            Some(cap) => self.softcap(logits, cap)?,
+            None => logits,
+        };
+        let logits = self.cast(logits, DType::F32)?;
+        self.g.set_outputs(vec![logits])?;
+        Ok(logits)
+    }
+
     /// An I64 constant of shape `dims`.
     fn constant_i64(&mut self, dims: &[usize], values: &[i64]) -> Result<ValueId> {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -586,12 +615,16 @@ impl Builder<'_> {
     }
 
     /// Writes this step's keys or values `x [S, H_kv·D]` into the cache `name`
-    /// (`[capacity, H_kv·D]`, a row per position, as the projection gives them) at `pos`, and
-    /// returns the whole cache for attention, which reads each KV head for its group of query
-    /// heads in place.
-    fn cache(&mut self, name: &str, x: ValueId, pos: ValueId, width: usize, capacity: usize) -> Result<ValueId> {
-        let cache = self.param(name, Tensor::zeros(self.dtype, &[capacity, width]));
-        Ok(self.g.kv_append_at(cache, x, pos, 0)?)
+    /// (`[slots, H_kv·D]`, a row per slot, as the projection gives them) at `at.at`, and
+    /// returns what attention reads: the whole cache, each KV head read for its group of query
+    /// heads in place, or the rows `at.rows` of a pooled cache.
+    fn cache(&mut self, name: &str, x: ValueId, at: &Attend, width: usize) -> Result<ValueId> {
+        let cache = self.param(name, Tensor::zeros(self.dtype, &[at.slots, width]));
+        let cache = self.g.kv_append_at(cache, x, at.at, 0)?;
+        match at.rows {
+            Some(rows) => Ok(self.g.gather(cache, rows, 0)?),
+            None => Ok(cache),
+        }
     }
 
     /// `x + bias` with the vector `name` when `present`, else `x`.

@@ -59,7 +59,7 @@ fn peak_rss_is_the_file_and_planned_memory_plus_a_tenth() {
     let session = Session::new(Arc::new(CpuBackend::new()));
     let mut gen = Generator::new(model, &session).unwrap();
     report("compiled");
-    let (tokens, _) = gen.generate(&prompt, n, Sampling::GREEDY, m.tokenizer.eos, |_| {}).unwrap();
+    let (tokens, _) = gen.generate(&prompt, n, Sampling::GREEDY, m.tokenizer.eos.as_slice(), |_| {}).unwrap();
     report("generated");
     assert!(!tokens.is_empty());
     let arena = gen.arena_bytes(prompt.len()).unwrap().max(gen.arena_bytes(1).unwrap());

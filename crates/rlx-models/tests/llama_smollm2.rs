@@ -91,7 +91,7 @@ fn decoding_with_the_cache_matches_recomputing_the_prefix() {
     let Some(path) = model() else { return };
     let (tok, mut gen) = load(&path, 64);
     let prompt = tok.encode("The capital of France is", false);
-    let (cont, _) = gen.generate(&prompt, 6, Sampling::GREEDY, None, |_| {}).unwrap();
+    let (cont, _) = gen.generate(&prompt, 6, Sampling::GREEDY, &[], |_| {}).unwrap();
     let mut full = prompt.clone();
     full.extend(&cont[..5]);
     let mut fresh = load(&path, 64).1;

@@ -77,6 +77,15 @@ impl Generator {
         self.pos
     }
 
+    /// Keeps the first `pos` cached tokens and forgets the rest (the mask hides the later
+    /// slots), so that a conversation re-feeds only what changed. Not possible when sliding
+    /// layers keep ring caches (their slots of earlier positions may be overwritten): then
+    /// the cache is emptied. Returns the position kept.
+    pub fn rewind(&mut self, pos: usize) -> usize {
+        self.pos = if self.model.ring.is_none() { pos.min(self.pos) } else { 0 };
+        self.pos
+    }
+
     /// Runs `tokens` after the cached ones and returns the logits of the last, `[vocab]`: in one
     /// step, or in steps of [`Llama::step_limit`] tokens where the sliding layers have ring caches.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
@@ -96,14 +105,14 @@ impl Generator {
         }
     }
 
-    /// Feeds `prompt`, then samples up to `n` tokens (stopping after `stop`), calling `on_token`
-    /// with each as it comes. Returns the new tokens and the time of each run.
+    /// Feeds `prompt`, then samples up to `n` tokens (stopping after any of `stop`), calling
+    /// `on_token` with each as it comes. Returns the new tokens and the time of each run.
     pub fn generate(
         &mut self,
         prompt: &[u32],
         n: usize,
         sampling: Sampling,
-        stop: Option<u32>,
+        stop: &[u32],
         mut on_token: impl FnMut(u32),
     ) -> Result<(Vec<u32>, StepTimes)> {
         let mut rng = Rng::new(sampling.seed);
@@ -116,7 +125,7 @@ impl Generator {
             let tok = sample(&logits, &sampling, &mut rng);
             out.push(tok);
             on_token(tok);
-            if Some(tok) == stop || i + 1 == n {
+            if stop.contains(&tok) || i + 1 == n {
                 break;
             }
             let start = Instant::now();

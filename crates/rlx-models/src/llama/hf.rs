@@ -53,6 +53,7 @@ impl HfModel {
             tokenizer.add_bos |= add_bos == Some(true) && tokenizer.bos.is_some();
         }
         tokenizer.eos = tokenizer.eos.or(cfg.eos);
+        tokenizer.chat_template = crate::chat::template_from_tokenizer_config(&dir.join("tokenizer_config.json"))?;
         let weights = load_weights(dir, &cfg, progress)?;
         Ok(HfModel { tokenizer, config: cfg.llama, weights })
     }
