@@ -24,8 +24,8 @@ step 200 bash tools/gpu/check.sh
 cp target/device/*.log "$out/logs/" 2>/dev/null
 step 40 target/device/bin/sdpa
 step 40 target/device/bin/decode 128
-# The same without programmatic dependent launch, to see what it gains.
-RLX_CUDA_PDL=0 step 30 target/device/bin/decode 64
+# The same with programmatic dependent launch (off by default), to see what it changes.
+RLX_CUDA_PDL=1 step 30 target/device/bin/decode 64
 step 60 target/device/bin/train_step 16
 step 25 target/device/bin/minilm bf16 --profile
 if [ "${PEERS:-1}" != 0 ]; then

@@ -23,8 +23,8 @@ pub struct Gpu {
     /// `sm_XY` of the device, what NVRTC compiles for.
     pub(crate) arch: String,
     /// Whether kernels launch as programmatic dependents of the one before (sm_90 and later,
-    /// unless `RLX_CUDA_PDL=0`): each launch overlaps the previous kernel's tail, which
-    /// matters where a step is hundreds of small kernels (decode).
+    /// with `RLX_CUDA_PDL=1`): each launch may overlap the previous kernel's tail. Off by
+    /// default: on the H200 a decode step ran 6% slower with it (docs/BENCHMARKS.md).
     pub(crate) chained: bool,
     ordinal: usize,
     /// Tells this opening's memory from others' (each has its own stream).
@@ -98,7 +98,7 @@ impl Gpu {
             workspace,
             kernels: Kernels::default(),
             arch: format!("sm_{major}{minor}"),
-            chained: major >= 9 && std::env::var("RLX_CUDA_PDL").map_or(true, |v| v != "0"),
+            chained: major >= 9 && std::env::var("RLX_CUDA_PDL").is_ok_and(|v| v == "1"),
             ordinal,
             id: OPENED.fetch_add(1, Ordering::Relaxed),
         }))
