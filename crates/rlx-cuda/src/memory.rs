@@ -5,42 +5,9 @@
 use crate::gpu::{driver, Gpu};
 use cudarc::driver::{result as cu, sys};
 use rlx_runtime::{Result, RuntimeError};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Bytes of device memory rlx holds on one opened device (every [`DevMem`] and cuBLAS's
-/// workspace), and the most it has held at once since the peak was last reset.
-#[derive(Default)]
-pub struct Usage {
-    in_use: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-impl Usage {
-    pub(crate) fn add(&self, bytes: usize) {
-        let now = self.in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-    }
-
-    fn sub(&self, bytes: usize) {
-        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    /// Bytes held now.
-    pub fn in_use(&self) -> usize {
-        self.in_use.load(Ordering::Relaxed)
-    }
-
-    /// The most bytes held at once.
-    pub fn peak(&self) -> usize {
-        self.peak.load(Ordering::Relaxed)
-    }
-
-    /// Starts the peak again from what is held now.
-    pub fn reset_peak(&self) {
-        self.peak.store(self.in_use(), Ordering::Relaxed);
-    }
-}
+pub use rlx_runtime::Usage;
 
 /// `len` bytes of device memory (no allocation when `len` is 0).
 pub struct DevMem {

@@ -14,6 +14,7 @@ mod profile;
 mod session;
 pub mod specialize;
 mod tensor;
+mod usage;
 
 pub use backend::{Backend, Device, Executable};
 pub use compiled::{Bindings, CompiledGraph};
@@ -25,3 +26,4 @@ pub use profile::{NodeTime, Profile};
 pub use num_complex::Complex32;
 pub use session::{CompileOptions, Session};
 pub use tensor::{Element, HostBuffer, Tensor};
+pub use usage::Usage;

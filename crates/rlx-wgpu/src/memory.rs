@@ -4,42 +4,9 @@
 use crate::error::WgpuError;
 use crate::gpu::Gpu;
 use rlx_runtime::RuntimeError;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Bytes of device memory rlx holds on one opened adapter, and the most it has held at once
-/// since the peak was last reset.
-#[derive(Default)]
-pub struct Usage {
-    in_use: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-impl Usage {
-    fn add(&self, bytes: usize) {
-        let now = self.in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-    }
-
-    fn sub(&self, bytes: usize) {
-        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    /// Bytes held now.
-    pub fn in_use(&self) -> usize {
-        self.in_use.load(Ordering::Relaxed)
-    }
-
-    /// The most bytes held at once.
-    pub fn peak(&self) -> usize {
-        self.peak.load(Ordering::Relaxed)
-    }
-
-    /// Starts the peak again from what is held now.
-    pub fn reset_peak(&self) {
-        self.peak.store(self.in_use(), Ordering::Relaxed);
-    }
-}
+pub use rlx_runtime::Usage;
 
 /// `len` bytes of device memory in a storage buffer rounded up to whole words (at least one),
 /// so that kernels read and write it a word at a time.
