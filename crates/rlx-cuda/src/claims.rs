@@ -55,7 +55,7 @@ impl Claims for CudaClaims {
             ElementwiseRegion => "no prologue; each step as its standalone kernel takes it",
             Attention => {
                 "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases; \
-                 f16/bf16 heads of 64 or 128 masked by position on the tensor cores"
+                 f16/bf16 heads of 64 or 128 masked by position or by key on the tensor cores"
             }
             AttentionBackward | AttentionBackwardAll => "f16, bf16 heads of 64 or 128 with masks by position (tensor cores); others decompose",
             DequantMatMul => "GGUF Q4_0, Q4_1, Q8_0 blocks as stored, F32 activations (exact or Q8Blocks)",
