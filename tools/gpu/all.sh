@@ -3,7 +3,8 @@
 # (check.sh) first, then rlx's benches and PyTorch's figures beside them, then the ONNX node
 # tests through --device cuda; each step is cut to what is left of the budget and skipped
 # once too little is. PEERS=0 skips PyTorch's figures (when a run already has them).
-# Logs go to $OUT/logs.tgz (one file, as a run returns few).
+# Logs (each step's output in full, and the tests' own) go to $OUT/logs.tgz (one file, as a
+# run returns few).
 cd "$(dirname "$0")/../.."
 budget=${1:-500}
 out=${OUT:-target/device}
@@ -15,8 +16,9 @@ step() {
   [ "$l" -lt 15 ] && { echo "SKIPPED (time): $*"; return; }
   [ "$t" -gt "$l" ] && t=$l
   echo "== $* (limit $t s)"
-  timeout "$t" "$@" 2>&1
-  echo "-- rc=$? after $(( $(date +%s) - start )) s"
+  local log; log="$out/logs/$(echo "$*" | tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-60).log"
+  timeout "$t" "$@" 2>&1 | tee "$log"
+  echo "-- rc=${PIPESTATUS[0]} after $(( $(date +%s) - start )) s"
 }
 mkdir -p "$out/logs"
 [ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device

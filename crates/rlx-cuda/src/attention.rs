@@ -91,8 +91,9 @@ fn geometry(heads: usize, dims: [&[usize]; 4], kv: usize, mask: MaskKind, scale:
 }
 
 /// `Attention`: inputs `(q, k, v)` and the mask or bias of a `Custom` / `Bias` mask. f16/bf16
-/// heads of 64 or 128 channels masked by position or by a key mask run the tensor-core kernels
-/// ([`crate::source::flash`]) where [`flash_takes`] them; the rest the scalar kernel.
+/// heads of 16 to 128 channels (a multiple of 16) masked by position or by a key mask run the
+/// tensor-core kernels ([`crate::source::flash`]) where [`flash_takes`] them; the rest the
+/// scalar kernel.
 pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Res {
     let (q, k, v) = (ins[0], ins[1], ins[2]);
     if !(2..=4).contains(&q.dims.len()) {
@@ -150,8 +151,9 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
 }
 
 /// Whether the tensor-core kernels take attention of `args` over `tensors` of dtype `dt`:
-/// f16/bf16 heads of 64 or 128 (as wide for V), some keys, every query row keeping a key
-/// (causal with at least as many keys as queries), and rows whose 16-byte chunks are aligned.
+/// f16/bf16 heads of 16 to 128 channels, a multiple of 16 (as wide for V), some keys, every
+/// query row keeping a key (causal with at least as many keys as queries), and rows whose
+/// 16-byte chunks are aligned.
 fn flash_takes(dt: DType, args: &AttnArgs, tensors: &[Arg<'_, DevMem>]) -> bool {
     let strides = [args.q, args.k, args.v, args.o];
     flash::takes(dt, args.d as usize)
@@ -197,7 +199,7 @@ pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: Ma
     let (s_q, s_k, d) = (args.s_q as usize, args.s_k as usize, args.d as usize);
     let fits = s_q.div_ceil(flash::BWD_ROWS) < 65536 && s_k.div_ceil(flash::BWD_KEYS) < 65536;
     if !flash::takes(q.dtype, d) || args.dv != args.d || !fits || !all.iter().all(|t| t.buf.at(t.offset) % 16 == 0) {
-        return Err(format!("the CUDA attention backward takes f16/bf16 heads of 64 or 128 channels with 16-byte aligned rows, not q {:?} of {}", q.dims, q.dtype));
+        return Err(format!("the CUDA attention backward takes f16/bf16 heads of 16 to 128 channels (a multiple of 16) with 16-byte aligned rows, not q {:?} of {}", q.dims, q.dtype));
     }
     let bh = batch * heads;
     let pad = s_q.div_ceil(flash::BWD_ROWS) * flash::BWD_ROWS;

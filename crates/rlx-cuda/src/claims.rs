@@ -55,9 +55,9 @@ impl Claims for CudaClaims {
             ElementwiseRegion => "no prologue; each step as its standalone kernel takes it",
             Attention => {
                 "f32, f16, bf16 (scores and softmax in f32); heads up to 512 wide; float or Bool masks, float biases; \
-                 f16/bf16 heads of 64 or 128 masked by position or by key on the tensor cores"
+                 f16/bf16 heads of 16 to 128 (a multiple of 16) masked by position or by key on the tensor cores"
             }
-            AttentionBackward | AttentionBackwardAll => "f16, bf16 heads of 64 or 128 with masks by position (tensor cores); others decompose",
+            AttentionBackward | AttentionBackwardAll => "f16, bf16 heads of 16 to 128 (a multiple of 16) with masks by position (tensor cores); others decompose",
             DequantMatMul => "GGUF Q4_0, Q4_1, Q8_0 blocks as stored, F32 activations (exact or Q8Blocks)",
             _ => return None,
         })
@@ -89,7 +89,9 @@ mod tests {
         assert_eq!(claim(backward(128, MaskKind::Causal), &[BF16; 4]), Claim::Native);
         assert_eq!(claim(backward(64, MaskKind::SlidingWindow(8)), &[F16; 4]), Claim::Native);
         assert_eq!(claim(backward(64, MaskKind::None), &[F32; 4]), Claim::No, "f32 gradients decompose");
-        assert_eq!(claim(backward(96, MaskKind::None), &[BF16; 4]), Claim::No, "heads other than 64 and 128 decompose");
+        assert_eq!(claim(backward(32, MaskKind::None), &[BF16; 4]), Claim::Native, "MiniLM's heads");
+        assert_eq!(claim(backward(72, MaskKind::None), &[BF16; 4]), Claim::No, "heads off the 16-deep steps decompose");
+        assert_eq!(claim(backward(256, MaskKind::None), &[BF16; 4]), Claim::No, "heads wider than 128 decompose");
         assert_eq!(claim(backward(64, MaskKind::Custom), &[BF16, BF16, BF16, BF16, Bool]), Claim::No, "key masks decompose");
         let one = AttentionBackward { num_heads: 4, head_dim: 64, mask_kind: MaskKind::None, wrt: AttentionBwdWrt::Key };
         assert_eq!(claim(Op::AttentionBackward(one), &[BF16; 4]), Claim::Native);

@@ -3,9 +3,9 @@
 //! (float and Bool padding masks, a fully masked batch item) and by bias (broadcast, with
 //! −1e9 and −∞ entries), grouped KV heads, softcap and scale, wide values, heads large
 //! enough to need more than 48 KiB of shared memory, decode-shaped attention of one query
-//! against a cache, and f16/bf16; the tensor-core kernels (f16/bf16 heads of 64 and 128)
-//! forward and backward, with lengths off their tiles. The cache append is checked over several runs of a
-//! decode loop keeping its state, with its errors. Skips without a device.
+//! against a cache, and f16/bf16; the tensor-core kernels (f16/bf16 heads of 32, 64, 96 and
+//! 128) forward and backward, with lengths off their tiles. The cache append is checked over
+//! several runs of a decode loop keeping its state, with its errors. Skips without a device.
 
 mod common;
 
@@ -179,11 +179,11 @@ fn attention_in_halves() {
 #[test]
 fn tensor_core_attention_in_halves() {
     let Some(gpu) = gpu() else { return };
-    // Heads of 64 and 128 in f16/bf16 masked by position or by key run the tensor-core kernels: lengths
+    // Heads of 32 to 128 in f16/bf16 masked by position or by key run the tensor-core kernels: lengths
     // off the 128-row and 64-key tiles, more keys than queries, grouped heads, every layout;
     // more queries than keys with a causal mask (rows keeping no key) take the scalar kernel.
     for dtype in [DType::BF16, DType::F16] {
-        for d in [64, 128] {
+        for d in [32, 64, 96, 128] {
             for mask in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(37)] {
                 for (layout, heads, s_q, s_k) in [(4, (2, 4, 4), 200, 200), (3, (2, 4, 2), 77, 301), (2, (1, 6, 3), 129, 129), (4, (1, 2, 1), 1, 90)] {
                     let mut c = Case::new(layout, heads, (s_q, s_k), (d, d), mask);
@@ -240,7 +240,7 @@ fn tensor_core_attention_gradients() {
     // Lengths off the 64-row tiles, more keys than queries, and more queries than keys
     // (under a causal mask the first rows keep no key: uniform weights, dV only).
     for dtype in [DType::BF16, DType::F16] {
-        for d in [64, 128] {
+        for d in [32, 64, 96, 128] {
             for mask in [MaskKind::None, MaskKind::Causal, MaskKind::SlidingWindow(29)] {
                 for (layout, s_q, s_k) in [(4, 150, 150), (3, 70, 133), (4, 133, 70), (2, 1, 65)] {
                     let b = if layout == 2 { 1 } else { 2 };

@@ -1,5 +1,5 @@
-//! FlashAttention-2-style attention on the tensor cores, for f16/bf16 heads of 64 or 128
-//! channels and masks by position (`None`, `Causal`, `SlidingWindow`), forward and backward;
+//! FlashAttention-2-style attention on the tensor cores, for f16/bf16 heads of 16 to 128
+//! channels (a multiple of 16) and masks by position (`None`, `Causal`, `SlidingWindow`), forward and backward;
 //! the forward also takes a `Custom` key mask (`[B, S_k]`, a key kept where ≥ 0.5: BERT's
 //! padding).
 //!
@@ -41,9 +41,10 @@ pub const BWD_ROWS: usize = 64;
 /// Threads per block (4 warps) in every flash kernel.
 pub const THREADS: u32 = 128;
 
-/// Whether the flash kernels take heads of `head` channels in dtype `d`.
+/// Whether the flash kernels take heads of `head` channels in dtype `d`: a whole number of
+/// 16-deep tensor-core steps, and at most 128 (the output stays in registers).
 pub fn takes(d: DType, head: usize) -> bool {
-    matches!(d, DType::F16 | DType::BF16) && matches!(head, 64 | 128)
+    matches!(d, DType::F16 | DType::BF16) && head % 16 == 0 && (16..=128).contains(&head)
 }
 
 /// Bytes of one shared-memory row of a head of `head` channels (16 bytes of padding).
@@ -135,6 +136,8 @@ __device__ __forceinline__ u32 a_at(u32 base, int row, int col, int lane) { retu
 __device__ __forceinline__ u32 b_at(u32 base, int row, int col, int lane) { return base + ((row + (lane & 7) + ((lane >> 4) << 3)) * S_ + col + ((lane >> 3) & 1) * 8) * 2; }
 #define bt_at a_at
 #define RS (128 / DT)  /* rows per pass of a tile copy: thread t copies chunk t % DT of rows t / DT + RS·j */
+/* The first tile row thread `tid` copies; past every row where DT does not divide 128. */
+__device__ __forceinline__ int copy_row(int tid) { return tid / DT < RS ? tid / DT : 1 << 30; }
 /* Whether the query at position `at` among the keys keeps `key` (by position alone). */
 __device__ __forceinline__ bool kept(int key, int at, int s_k, int causal, int window) {
     return key < s_k && (!causal || key <= at) && (window <= 0 || key > at - window);
@@ -196,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, cons
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sQ = flash_sm;
     float* sM = (float*)(flash_sm + (BR + 4 * BC) * S_);  /* [2][BC]: 0 for a kept key, -inf */
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = tid / DT;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = copy_row(tid);
     const i64 bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, hk = h / a.group;
     const i64 q0 = (i64)(gridDim.y - 1 - blockIdx.y) * BR;
     const i64 qend = q0 + BR < a.s_q ? q0 + BR : a.s_q;
@@ -422,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ dk, T* __
     u16* sV = sK + BN * S_;
     float* sL = (float*)(sV + BN * S_ + 4 * BM * S_);  /* [2][BM] log-sum-exp, then [2][BM] D */
     float* sX = sL + 4 * BM;                           /* [D]: dV of rows that keep no key */
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = tid / DT;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = copy_row(tid);
     const i64 bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const i64 k0 = (i64)blockIdx.y * BN;
     const i64 kend = k0 + BN < a.s_k ? k0 + BN : a.s_k;
@@ -573,7 +576,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ dq, const
     CHAIN();
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sQ = flash_sm;
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = tid / DT;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, lc = tid % DT, lr = copy_row(tid);
     const i64 bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const i64 q0 = (i64)(gridDim.y - 1 - blockIdx.y) * BM;
     const i64 qend = q0 + BM < a.s_q ? q0 + BM : a.s_q;
