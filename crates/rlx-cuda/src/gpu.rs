@@ -96,7 +96,7 @@ impl Gpu {
             stream,
             blas,
             workspace,
-            kernels: Kernels::default(),
+            kernels: Kernels::new(),
             arch: format!("sm_{major}{minor}"),
             chained: major >= 9 && std::env::var("RLX_CUDA_PDL").is_ok_and(|v| v == "1"),
             ordinal,

@@ -17,6 +17,7 @@ mod launch;
 mod lt;
 mod matmul;
 mod memory;
+mod ptx_cache;
 mod quant;
 mod reduce;
 mod report;
