@@ -156,10 +156,14 @@ fn random_llamas_decode_on_the_gpu_as_on_the_cpu() {
     let Some(gpu) = gpu() else { return };
     let config = LlamaConfig { vocab: 96, d_model: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, d_ff: 128, rope_dim: 16, ..LlamaConfig::smollm2_135m() };
     let neox = LlamaConfig { rope_style: rlx_ir::ops::attention::RopeStyle::NeoX, ..config.clone() };
+    // The GGUF cases round each activation row to 8-bit codes (llama.cpp's arithmetic, exact
+    // against the CPU above): a last-place difference upstream that lands on a rounding edge
+    // moves a code by one step (1/127 of its block's largest value), which a wrong kernel
+    // exceeds many times over.
     let cases = [
-        (&config, Some(GgufType::Q4_0), DType::F32, 5e-3),
-        (&config, Some(GgufType::Q4_1), DType::F32, 5e-3),
-        (&config, Some(GgufType::Q8_0), DType::F32, 5e-3),
+        (&config, Some(GgufType::Q4_0), DType::F32, 3e-2),
+        (&config, Some(GgufType::Q4_1), DType::F32, 3e-2),
+        (&config, Some(GgufType::Q8_0), DType::F32, 3e-2),
         (&config, None, DType::F32, 1e-4),
         (&neox, None, DType::BF16, 3e-2),
     ];
