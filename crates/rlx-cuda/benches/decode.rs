@@ -14,7 +14,6 @@ use rlx_ir::DType;
 use rlx_models::llama::{argmax, Generator, Llama, LlamaConfig, Weights, OUT_ROWS, POS, TOKENS};
 use rlx_opt::partition::Place;
 use rlx_runtime::{Session, Tensor};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,16 +90,7 @@ fn bench(backend: &Arc<CudaBackend>, name: &str, config: &LlamaConfig, blocks: O
     for _ in 0..4 {
         logits = gen.feed(&[argmax(&logits)])?;
     }
-    let mut by_kind: BTreeMap<String, (u64, Duration)> = BTreeMap::new();
-    for n in gen.compiled().profile().nodes {
-        let e = by_kind.entry(n.op).or_default();
-        e.0 += n.calls;
-        e.1 += n.total;
-    }
-    let mut kinds: Vec<_> = by_kind.into_iter().collect();
-    kinds.sort_by_key(|k| std::cmp::Reverse(k.1 .1));
-    let line: Vec<String> = kinds.iter().take(8).map(|(k, (calls, t))| format!("{k} {:.3} ms/{}", t.as_secs_f64() * 1e3 / 4.0, calls / 4)).collect();
-    println!("profile {name} (per step, launched one by one and waited on): {}", line.join(", "));
+    println!("profile {name} (per step, nodes launched one by one and waited on):\n{}", gen.compiled().profile());
     Ok(())
 }
 
