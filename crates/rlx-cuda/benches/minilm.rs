@@ -59,9 +59,7 @@ fn main() {
             c.set_profiling(true);
             c.submit(&inputs).expect("the encoder runs");
             c.sync().expect("the device finishes");
-            for (op, calls, time) in c.profile().by_op().into_iter().take(8) {
-                println!("  {op:<28} {calls:>4} nodes {:>8.3} ms", time.as_secs_f64() * 1e3);
-            }
+            print!("{}", c.profile());
             c.set_profiling(false);
         }
     }

@@ -103,7 +103,6 @@ fn main() {
     if tr.set_profiling(true) {
         tr.step(&b).expect("a profiled step runs");
         let profile = tr.profile();
-        let by: Vec<String> = profile.by_op().iter().take(12).map(|(op, n, t)| format!("{op} {n}x {:.1} ms", t.as_secs_f64() * 1e3)).collect();
-        println!("rlx   train step profile (synchronised per launch, {:.1} ms): {}", profile.total().as_secs_f64() * 1e3, by.join(", "));
+        println!("rlx   train step profile (synchronised per launch):\n{profile}");
     }
 }

@@ -12,7 +12,7 @@ pub const KINDS: &[OpKind] = {
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
         StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, GatherBackward, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
-        RmsNorm, FusedResidualLN, FusedResidualRmsNorm, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
+        RmsNorm, FusedResidualLN, FusedResidualRmsNorm, FusedMatMulBiasAct, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
         SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend, DequantMatMul,
         ElementwiseRegion,
     ]
@@ -41,6 +41,7 @@ impl Claims for CudaClaims {
             ReluBackward | Fma => "f32, f64, f16, bf16",
             Reduce => "floats",
             MatMul => "f32, f64 (no TF32), f16, bf16 (f32 accumulation)",
+            FusedMatMulBiasAct => "f16, bf16 (bias, ReLU and tanh-GELU in cuBLASLt's epilogue)",
             Binary => "bitwise ops on integers; shifts not",
             Cast => "not f64 to f16/bf16",
             Compare | Where | Transpose | Expand | Narrow | Slice | Reverse | Concat | Gather | KvAppend | ArgMax | ArgMin => {

@@ -5,7 +5,7 @@
 //! ([`crate::kv`]) launch from their own modules.
 
 use crate::gpu::{driver, error, Gpu};
-use crate::launch::{broadcast, contiguous, elementwise, Param, Walk};
+use crate::launch::{broadcast, contiguous, elementwise, tiled, Param, Walk};
 use crate::memory::DevMem;
 use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
@@ -63,7 +63,7 @@ impl CudaEngine {
         let mut params = vec![Param::Ptr(out.buf.at(out.offset))];
         params.extend(ins.iter().map(|a| Param::Ptr(a.buf.at(a.offset))));
         params.extend([Param::I64(numel(out.dims) as i64), Param::Walk(Box::new(walk)), Param::I32(plain)]);
-        elementwise(&self.gpu, f, numel(out.dims), &mut params)
+        tiled(&self.gpu, f, numel(out.dims), &mut params)
     }
 
     /// Moves `dims` elements of `input` into `out`: element `i` of the walk reads
@@ -79,7 +79,7 @@ impl CudaEngine {
             Param::I64(bases[1]),
             Param::I64(bases[0]),
         ];
-        elementwise(&self.gpu, f, numel(dims), &mut params)
+        tiled(&self.gpu, f, numel(dims), &mut params)
     }
 
     /// Copies `src`'s bytes into `dst` on the stream.
@@ -183,6 +183,7 @@ impl CudaEngine {
             }
             Op::Reduce(r) => reduce::reduce(self, op, r, ins[0], out),
             Op::MatMul(_) => matmul::matmul(self, ins[0], ins[1], out),
+            Op::FusedMatMulBiasAct(f) => matmul::bias_act(self, op, f.activation, ins, out),
             Op::DequantMatMul(q) => quant::dequant_matmul(self, op, q, ins, out),
             Op::Softmax(s) => rows::softmax(self, op, s.axis, ins[0], out),
             Op::LayerNorm(n) => rows::norm(self, op, Norm::Layer, n.axis, n.eps, ins, out),

@@ -3,7 +3,7 @@
 //! and each runs here as one generated kernel ([`crate::source::fused`]).
 
 use crate::engine::{numel, CudaEngine};
-use crate::launch::{elementwise, Param};
+use crate::launch::{tiled, Param};
 use crate::memory::DevMem;
 use crate::source;
 use rlx_ir::ops::fused::ElementwiseRegion;
@@ -19,5 +19,5 @@ pub(crate) fn region(engine: &CudaEngine, op: &Op, r: &ElementwiseRegion, ins: &
     params.extend(ins.iter().map(|a| Param::Ptr(a.buf.at(a.offset))));
     params.push(Param::I64(n as i64));
     params.extend(r.input_modulus[..ins.len()].iter().map(|&m| Param::I64(i64::from(m))));
-    elementwise(&engine.gpu, f, n, &mut params)
+    tiled(&engine.gpu, f, n, &mut params)
 }

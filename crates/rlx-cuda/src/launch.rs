@@ -15,12 +15,14 @@ pub struct Walk {
     dims: [i64; RANK],
     strides: [[i64; RANK]; 4],
     rank: i32,
+    /// 1 where the walk has fewer than 2³² elements (32-bit index arithmetic).
+    narrow: i32,
 }
 
 impl Walk {
     /// The walk over `dims` with each operand's `strides`, merging dims that every operand
     /// steps through contiguously and dropping dims of extent 1 (fewer divisions per element;
-    /// ranks above [`RANK`] fit when they merge).
+    /// ranks above [`RANK`] fit when they merge); 32-bit divisions below 2³² elements.
     pub fn new(dims: &[usize], strides: &[Vec<i64>]) -> Result<Walk, String> {
         let mut kept: Vec<(i64, Vec<i64>)> = Vec::new();
         for (d, &extent) in dims.iter().enumerate() {
@@ -39,7 +41,9 @@ impl Walk {
         if kept.len() > RANK {
             return Err(format!("a walk over {} strided dims; the CUDA kernels take at most {RANK}", kept.len()));
         }
-        let mut w = Walk { rank: kept.len() as i32, ..Walk::default() };
+        let size = kept.iter().try_fold(1u64, |n, (extent, _)| n.checked_mul(*extent as u64));
+        let narrow = size.is_some_and(|n| n <= u64::from(u32::MAX)) as i32;
+        let mut w = Walk { rank: kept.len() as i32, narrow, ..Walk::default() };
         for (d, (extent, s)) in kept.into_iter().enumerate() {
             w.dims[d] = extent;
             for (o, stride) in s.into_iter().enumerate() {
@@ -90,6 +94,20 @@ pub fn elementwise(gpu: &Gpu, f: sys::CUfunction, n: usize, params: &mut [Param]
     grid(gpu, f, (blocks, 1, 1), (BLOCK, 1, 1), 0, params)
 }
 
+/// Elements per thread of the kernels written with the prelude's `TILES` / `LANES`.
+pub const UNROLL: usize = 4;
+
+/// Launches `f`, written with `TILES` / `LANES`, over `n` elements: one tile of
+/// [`UNROLL`] elements per thread and block (grid-stride past 2²⁰ blocks), nothing when `n`
+/// is 0.
+pub fn tiled(gpu: &Gpu, f: sys::CUfunction, n: usize, params: &mut [Param]) -> Result<(), String> {
+    if n == 0 {
+        return Ok(());
+    }
+    let blocks = n.div_ceil(BLOCK as usize * UNROLL).min(1 << 20) as u32;
+    grid(gpu, f, (blocks, 1, 1), (BLOCK, 1, 1), 0, params)
+}
+
 /// Launches `f` on the device's stream with this grid, block and dynamic shared memory.
 pub fn grid(gpu: &Gpu, f: sys::CUfunction, grid: (u32, u32, u32), block: (u32, u32, u32), shared: u32, params: &mut [Param]) -> Result<(), String> {
     let mut ptrs: Vec<*mut c_void> = params
@@ -129,4 +147,22 @@ pub fn grid(gpu: &Gpu, f: sys::CUfunction, grid: (u32, u32, u32), block: (u32, u
     unsafe { sys::cuLaunchKernelEx(&config, f, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
         .result()
         .map_err(|e| format!("launching the kernel: {e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prelude_unrolls_as_many_elements_as_tiled_launches_for() {
+        assert!(crate::source::PRELUDE.contains(&format!("#define UNROLL {UNROLL}\n")));
+    }
+
+    #[test]
+    fn walks_below_four_billion_elements_divide_in_32_bits() {
+        let small = Walk::new(&[3, 1, 5], &[vec![5, 0, 1]]).unwrap();
+        assert_eq!((small.rank, small.narrow), (1, 1), "the unit dim drops and the contiguous ones merge");
+        let large = Walk::new(&[1 << 17, 1 << 16], &[vec![1, 1 << 17]]).unwrap();
+        assert_eq!(large.narrow, 0);
+    }
 }

@@ -1,7 +1,9 @@
-//! f16 / bf16 products through cuBLASLt: per distinct problem (dtype, sizes, batch, strides)
-//! a matmul descriptor, layouts and the algorithm its heuristic ranks first, made once and
-//! reused; f32 accumulation. Like [`crate::matmul`], row-major `C = A·B` is passed as
-//! column-major `Cᵀ = Bᵀ·Aᵀ`.
+//! f16 / bf16 products through cuBLASLt: per distinct problem (dtype, sizes, batch, strides,
+//! epilogue) a matmul descriptor, layouts and the algorithm its heuristic ranks first, made
+//! once and reused; f32 accumulation, and a bias (with ReLU or tanh-GELU) added to the f32
+//! sums before the one rounding where the problem asks. Like [`crate::matmul`], row-major
+//! `C = A·B` is passed as column-major `Cᵀ = Bᵀ·Aᵀ`, whose rows are `C`'s columns: the bias
+//! (one value per column of `C`, in `C`'s dtype) is cuBLASLt's per-row bias.
 
 use crate::gpu::{error, Gpu};
 use cudarc::cublaslt::{result as lt, sys};
@@ -11,7 +13,8 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-/// One problem: dtype, `(m, n, k)`, batch count and the batch strides of A and B.
+/// One problem: dtype, `(m, n, k)`, batch count, the batch strides of A and B, and what is
+/// added to the product before it is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Problem {
     pub half: bool,
@@ -21,6 +24,31 @@ pub struct Problem {
     pub batch: usize,
     pub stride_a: i64,
     pub stride_b: i64,
+    pub epilogue: Epilogue,
+}
+
+/// What cuBLASLt applies to the f32 sums before storing them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    None,
+    /// `+ bias[column]`.
+    Bias,
+    /// `relu(· + bias[column])`.
+    ReluBias,
+    /// `gelu_tanh(· + bias[column])`: the tanh approximation (`ActivationKind::GeluApprox`).
+    GeluBias,
+}
+
+impl Epilogue {
+    fn code(self) -> sys::cublasLtEpilogue_t {
+        use sys::cublasLtEpilogue_t::*;
+        match self {
+            Epilogue::None => CUBLASLT_EPILOGUE_DEFAULT,
+            Epilogue::Bias => CUBLASLT_EPILOGUE_BIAS,
+            Epilogue::ReluBias => CUBLASLT_EPILOGUE_RELU_BIAS,
+            Epilogue::GeluBias => CUBLASLT_EPILOGUE_GELU_BIAS,
+        }
+    }
 }
 
 /// A problem's descriptor, layouts (Bᵀ, Aᵀ, Cᵀ in cuBLASLt's order) and chosen algorithm.
@@ -49,14 +77,20 @@ impl Lt {
         Ok(Lt { handle: lt::create_handle().map_err(failed("handle"))?, plans: Mutex::default() })
     }
 
-    /// Runs `p` on pointers `a`, `b`, `c` with `workspace` (`workspace_size` bytes), on
-    /// `gpu`'s stream.
-    pub fn matmul(&self, gpu: &Gpu, p: Problem, (a, b, c): (u64, u64, u64), workspace: u64, workspace_size: usize) -> Result<()> {
+    /// Runs `p` on pointers `a`, `b`, `c` (and `bias`, read where the epilogue adds one) with
+    /// `workspace` (`workspace_size` bytes), on `gpu`'s stream.
+    pub fn matmul(&self, gpu: &Gpu, p: Problem, (a, b, c, bias): (u64, u64, u64, u64), workspace: u64, workspace_size: usize) -> Result<()> {
         let mut plans = self.plans.lock().map_err(|_| error("the cuBLASLt plans were poisoned by a panic"))?;
         let plan = match plans.entry(p) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(self.plan(p, workspace_size)?),
         };
+        if p.epilogue != Epilogue::None {
+            // SAFETY: the descriptor is this plan's, used under the lock; the attribute is a
+            // device pointer (8 bytes) to `n` values of C's dtype.
+            unsafe { lt::set_matmul_desc_attribute(plan.desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias as *const u64 as *const c_void, 8) }
+                .map_err(failed("bias"))?;
+        }
         let (one, zero) = (1f32, 0f32);
         // SAFETY: the plan describes matrices that lie inside the operands' ranges; the
         // workspace holds `workspace_size` bytes and is used only on this stream.
@@ -86,6 +120,14 @@ impl Lt {
     fn plan(&self, p: Problem, workspace_size: usize) -> Result<Plan> {
         let dtype = if p.half { sys::cudaDataType_t::CUDA_R_16F } else { sys::cudaDataType_t::CUDA_R_16BF };
         let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType_t::CUDA_R_32F).map_err(failed("descriptor"))?;
+        if p.epilogue != Epilogue::None {
+            let code = p.epilogue.code();
+            // SAFETY: `desc` was just created; the attribute is the epilogue enum (4 bytes).
+            unsafe {
+                lt::set_matmul_desc_attribute(desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &code as *const _ as *const c_void, std::mem::size_of_val(&code))
+            }
+            .map_err(failed("epilogue"))?;
+        }
         let layout = |rows: usize, cols: usize, stride: i64| -> Result<sys::cublasLtMatrixLayout_t> {
             let l = lt::create_matrix_layout(dtype, rows as u64, cols as u64, rows as i64).map_err(failed("layout"))?;
             if p.batch > 1 {

@@ -5,17 +5,21 @@
 //! cuBLASLt and its heuristic's algorithm ([`crate::lt`]) where the batch is one strided call.
 //! f16 / bf16 products of up to [`GEMV_ROWS`] rows (decode) run the GEMV kernel of
 //! [`crate::source::matmul`] instead, split along K over enough blocks to fill the device.
+//! `FusedMatMulBiasAct` adds its bias (and ReLU or tanh-GELU) in cuBLASLt's epilogue, or in
+//! one kernel after the GEMV or for the other activations ([`bias_act`]).
 
 use crate::engine::{numel, CudaEngine};
 use crate::gpu::{driver, Gpu, BLAS_WORKSPACE};
 use crate::launch::{self, broadcast, Param};
-use crate::lt::Problem;
+use crate::lt::{Epilogue, Problem};
 use crate::memory::DevMem;
+use crate::rows::ptr;
 use crate::source::matmul::{self as src, TILE};
 use cudarc::cublas::{result as blas, sys};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::CUdevice_attribute;
-use rlx_ir::DType;
+use rlx_ir::ops::elementwise::ActivationKind;
+use rlx_ir::{DType, Op};
 use rlx_runtime::Arg;
 use std::ffi::c_void;
 
@@ -161,8 +165,8 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
     let (pa, pb, pc) = (a.buf.at(a.offset), b.buf.at(b.offset), out.buf.at(out.offset));
     if let (Some(stride_a), Some(stride_b)) = (even(&sa, m * k), even(&sb, k * n)) {
         if matches!(out.dtype, DType::F16 | DType::BF16) {
-            let problem = Problem { half: out.dtype == DType::F16, m, n, k, batch: items.max(1), stride_a, stride_b };
-            return gpu.lt.matmul(gpu, problem, (pa, pb, pc), gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string());
+            let problem = Problem { half: out.dtype == DType::F16, m, n, k, batch: items.max(1), stride_a, stride_b, epilogue: Epilogue::None };
+            return gpu.lt.matmul(gpu, problem, (pa, pb, pc, 0), gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string());
         }
         return gemm(pa, pb, pc, stride_a, stride_b, items.max(1));
     }
@@ -178,4 +182,49 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
         gemm(at(pa, oa), at(pb, ob), at(pc, (item * m * n) as i64), 0, 0, 1)?;
     }
     Ok(())
+}
+
+/// `FusedMatMulBiasAct`: `out = act(x·w + bias)` for `x [.., M, K]`, `w [K, N]`, `bias [N]`
+/// of one f16/bf16 dtype, as one `[rows, K]·[K, N]` product. Few rows run the GEMV, then the
+/// bias and activation in one kernel; more run cuBLASLt with the bias (and ReLU or tanh-GELU)
+/// in its epilogue, any other activation in a kernel after it.
+pub fn bias_act(e: &CudaEngine, op: &Op, act: Option<ActivationKind>, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Result<(), String> {
+    let (x, w, bias) = (ins[0], ins[1], ins[2]);
+    let (k, n) = match (x.dims.last(), w.dims) {
+        (Some(&k), &[kw, n]) if kw == k && bias.dims == [n] => (k, n),
+        _ => return Err(format!("x {:?} · w {:?} + bias {:?}: wants x [.., K], w [K, N], bias [N]", x.dims, w.dims, bias.dims)),
+    };
+    let total = numel(out.dims);
+    if total == 0 {
+        return Ok(());
+    }
+    let rows = total / n;
+    let epilogue = |with_bias: bool, act: Option<ActivationKind>| -> Result<(), String> {
+        let f = e.kernel(src::bias_act(out.dtype, act, with_bias), op, &[x.dtype, w.dtype, bias.dtype])?;
+        let mut params = vec![ptr(out), ptr(bias), Param::I64(total as i64), Param::I64(n as i64)];
+        launch::tiled(&e.gpu, f, total, &mut params)
+    };
+    if k == 0 {
+        // SAFETY: the output range lies in its buffer; ordered on the stream.
+        unsafe { cu::memset_d8_async(out.buf.at(out.offset), 0, out.len, e.gpu.stream) }.map_err(|e| format!("zeroing an empty product: {e:?}"))?;
+        return epilogue(true, act);
+    }
+    if let Some(ran) = gemv(e, x, w, out, (rows, n, k)) {
+        ran?;
+        return epilogue(true, act);
+    }
+    let (lt_epilogue, after) = match act {
+        None => (Epilogue::Bias, None),
+        Some(ActivationKind::Relu) => (Epilogue::ReluBias, None),
+        Some(ActivationKind::GeluApprox) => (Epilogue::GeluBias, None),
+        Some(other) => (Epilogue::Bias, Some(other)),
+    };
+    let problem = Problem { half: out.dtype == DType::F16, m: rows, n, k, batch: 1, stride_a: 0, stride_b: 0, epilogue: lt_epilogue };
+    let gpu = &*e.gpu;
+    let pointers = (x.buf.at(x.offset), w.buf.at(w.offset), out.buf.at(out.offset), bias.buf.at(bias.offset));
+    gpu.lt.matmul(gpu, problem, pointers, gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string())?;
+    match after {
+        Some(a) => epilogue(false, Some(a)),
+        None => Ok(()),
+    }
 }

@@ -1,8 +1,8 @@
 //! Fused elementwise regions against the CPU backend on fresh random inputs: chains with
 //! broadcast and scalar operands (an AdamW update), casts to bf16 inside a chain, integer
-//! arithmetic and selects; each must have run as `ElementwiseRegion` kernels. Also a
-//! mixed-precision GPT step on the GPU against the same step on the CPU. Skips, saying so,
-//! without a CUDA device.
+//! arithmetic and selects; each must have run as `ElementwiseRegion` kernels. Products with a
+//! bias and an activation, each as one `FusedMatMulBiasAct`. Also a mixed-precision GPT step
+//! on the GPU against the same step on the CPU. Skips, saying so, without a CUDA device.
 
 mod common;
 
@@ -111,5 +111,35 @@ fn a_mixed_precision_gpt_step_on_the_gpu_tracks_the_cpu() {
     }
     for p in &gpt.params {
         assert_eq!(got.param(&p.name).unwrap().dtype(), DType::F32, "{}", p.name);
+    }
+}
+
+#[test]
+fn biased_products_with_each_epilogue_agree_with_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    // Few rows take the GEMV and the bias kernel; more take cuBLASLt's epilogues (bias, ReLU,
+    // tanh-GELU) or its bias and then the activation kernel (exact GELU, SiLU).
+    let activations = [None, Some(ActivationKind::Relu), Some(ActivationKind::GeluApprox), Some(ActivationKind::Gelu), Some(ActivationKind::Silu)];
+    for dtype in [DType::BF16, DType::F16] {
+        for activation in activations {
+            for (x_dims, n) in [(vec![1, 96], 136), (vec![3, 40], 64), (vec![2, 70, 96], 136), (vec![200, 64], 48)] {
+                let k = *x_dims.last().unwrap();
+                let mut g = Graph::new();
+                let x = f32_input(&mut g, "x", &x_dims);
+                let w = f32_input(&mut g, "w", &[k, n]);
+                let b = f32_input(&mut g, "b", &[n]);
+                let [x, w, b] = [x, w, b].map(|v| g.cast(v, dtype).unwrap());
+                let y = g.matmul(x, w).unwrap();
+                let mut y = g.binary(BinaryOp::Add, y, b).unwrap();
+                if let Some(kind) = activation {
+                    y = g.activation(kind, y).unwrap();
+                }
+                let y = g.cast(y, DType::F32).unwrap();
+                g.set_outputs(vec![y]).unwrap();
+                let seed = (k * n + x_dims.len()) as u64;
+                let inputs = [("x", random(&x_dims, seed, -1.0, 1.0)), ("w", random(&[k, n], seed + 1, -0.3, 0.3)), ("b", random(&[n], seed + 2, -1.0, 1.0))];
+                agree_native(&gpu, &g, &inputs, Tol::norm(2e-2), &[OpKind::FusedMatMulBiasAct]);
+            }
+        }
     }
 }

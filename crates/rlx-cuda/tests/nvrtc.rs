@@ -4,7 +4,7 @@
 use rlx_cuda::source::{self, Source};
 use rlx_ir::ops::attention::{Attention, AttentionBackwardAll, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::elementwise::{Activation, ActivationBackward, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Fma, ReluBackward, Where};
-use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, FusedResidualLN, FusedResidualRmsNorm, Operand, RegionPrologue, MAX_REGION_INPUTS};
+use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, FusedMatMulBiasAct, FusedResidualLN, FusedResidualRmsNorm, Operand, RegionPrologue, MAX_REGION_INPUTS};
 use rlx_ir::ops::index::{Gather, GatherBackward};
 use rlx_ir::ops::norm::{LayerNorm, LayerNorm2d, RmsNorm};
 use rlx_ir::ops::reduce::{ArgMax, ArgMin, CumMax, CumProd, Cumsum, CumsumBackward, Reduce, ReduceOp};
@@ -45,6 +45,9 @@ fn every_source() -> Vec<Source> {
         nodes.push((Op::Fma(Fma {}), vec![d, d, d]));
         nodes.push((Op::ReluBackward(ReluBackward {}), vec![d, d]));
         nodes.push((Op::Transpose(Transpose { perm: vec![1, 0] }), vec![d]));
+        for activation in [None, Some(ActivationKind::Relu), Some(ActivationKind::GeluApprox), Some(ActivationKind::Gelu), Some(ActivationKind::Silu)] {
+            nodes.push((Op::FusedMatMulBiasAct(FusedMatMulBiasAct { activation }), vec![d; 3]));
+        }
         nodes.extend(row_nodes(d));
         nodes.extend(region_nodes(d));
     }

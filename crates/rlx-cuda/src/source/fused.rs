@@ -1,5 +1,6 @@
 //! One kernel per `ElementwiseRegion`: the region's chain of steps, each computed by the
-//! expression its standalone kernel uses, in one pass over the output. A step whose dtype is
+//! expression its standalone kernel uses, in one pass over the output, several elements per
+//! thread with their loads issued first (`TILES` / `LANES` of the prelude). A step whose dtype is
 //! f16 or bf16 is rounded to it, as storing it between two launches would.
 
 use super::{binary_expr, cast_expr, compare_expr, ctype, single, CType, Source, PRELUDE, SELECT};
@@ -23,14 +24,16 @@ pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
     let ins: Vec<CType> = dtypes.iter().map(|&d| ctype(d)).collect::<Option<_>>()?;
     let mut defs = String::from(AT);
     let mut params = format!("{}* __restrict__ out", ctype(*steps.last()?)?.store);
-    let mut body = String::new();
+    let (mut held, mut loads, mut body) = (String::new(), String::new(), String::new());
     for (i, c) in ins.iter().enumerate() {
         params += &format!(", const {}* __restrict__ in{i}", c.store);
     }
     params += ", i64 n";
     for (i, c) in ins.iter().enumerate() {
         params += &format!(", i64 m{i}");
-        body += &format!("        const {} x{i} = {};\n", c.compute, c.load(&format!("in{i}[at(g, m{i}, narrow)]")));
+        held += &format!("        {} x{i}_[UNROLL];\n", c.compute);
+        loads += &format!(" x{i}_[u] = {};", c.load(&format!("in{i}[at(g, m{i}, narrow)]")));
+        body += &format!("            const {} x{i} = x{i}_[u];\n", c.compute);
     }
     let name = |o: &Operand| match *o {
         Operand::Input(i) => format!("x{i}"),
@@ -61,12 +64,12 @@ pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
             Some(_) => oc.load(&oc.store(&format!("({expr})"))),
             None => format!("({})({expr})", oc.compute),
         };
-        body += &format!("        {} s{j}; {{ {bind}s{j} = {value}; }}\n", oc.compute);
+        body += &format!("            {} s{j}; {{ {bind}s{j} = {value}; }}\n", oc.compute);
     }
     let last = steps.len() - 1;
     let store = ctype(steps[last])?.store(&format!("s{last}"));
     let code = format!(
-        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}) {{\n    CHAIN();\n    const bool narrow = n <= 0xffffffffll;\n    EACH(g, n) {{\n{body}        out[g] = {store};\n    }}\n}}\n"
+        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}) {{\n    CHAIN();\n    const bool narrow = n <= 0xffffffffll;\n    TILES(t, n) {{\n{held}        LANES(u, g, t, n) {{{loads} }}\n        LANES(u, g, t, n) {{\n{body}            out[g] = {store};\n        }}\n    }}\n}}\n"
     );
     Some(Source { name: "elementwise region", code })
 }

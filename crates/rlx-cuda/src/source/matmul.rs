@@ -1,7 +1,9 @@
 //! The few-row product of f16 / bf16 activations with a row-major `[K, N]` weight (decode's
-//! GEMV), which cuBLAS serves poorly at one row: see [`gemv`].
+//! GEMV), which cuBLAS serves poorly at one row: see [`gemv`]; and the epilogue that adds a
+//! bias and applies an activation where cuBLASLt's own do not: see [`bias_act`].
 
 use super::{ctype, Source, PRELUDE};
+use rlx_ir::ops::elementwise::{emit, table, ActivationKind};
 use rlx_ir::DType;
 
 /// Columns per block: 32 lanes of 8 columns each (one 16-byte load per lane and weight row).
@@ -79,4 +81,33 @@ extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const
 "#
     );
     Some(Source { name: "gemv", code })
+}
+
+/// `y = act(y [+ bias[column]])` in place over `y [rows, n]` of f16 / bf16, in f32 with one
+/// rounding: the epilogue of `FusedMatMulBiasAct` after the GEMV, or after cuBLASLt's bias
+/// for an activation it has no epilogue for. `k(y, bias, total, n)`, launched by
+/// `launch::tiled`; the column in 32-bit arithmetic while `total` fits.
+pub fn bias_act(d: DType, act: Option<ActivationKind>, bias: bool) -> Option<Source> {
+    if !matches!(d, DType::F16 | DType::BF16) {
+        return None;
+    }
+    let c = ctype(d)?;
+    let f = act.map(|kind| emit::function(emit::Target::CudaC, "f", &table::forward_expr(kind))).unwrap_or_default();
+    let add = if bias { format!(" + {}", c.load("bias[narrow ? (i64)((u32)i % (u32)n) : i % n]")) } else { String::new() };
+    let apply = if act.is_some() { " v = f(v);" } else { "" };
+    let code = format!(
+        r#"{PRELUDE}{f}extern "C" __global__ void k(u16* __restrict__ y, const u16* __restrict__ bias, i64 total, i64 n) {{
+    CHAIN();
+    const bool narrow = total <= 0xffffffffll;
+    TILES(t, total) {{
+        float v_[UNROLL];
+        LANES(u, i, t, total) {{ v_[u] = {load}{add}; }}
+        LANES(u, i, t, total) {{ float v = v_[u];{apply} y[i] = {store}; }}
+    }}
+}}
+"#,
+        load = c.load("y[i]"),
+        store = c.store("v"),
+    );
+    Some(Source { name: "bias and activation", code })
 }

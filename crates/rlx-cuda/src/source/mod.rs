@@ -40,11 +40,19 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 typedef signed char i8;
 typedef short i16;
-struct Walk { i64 dims[8]; i64 strides[4][8]; int rank; };
+struct Walk { i64 dims[8]; i64 strides[4][8]; int rank; int narrow; };
+/* Operand o's offset of element i (i below the walk's size): the outermost dim takes what the
+   inner ones leave, and the divisions are 32-bit where the walk has fewer than 2^32 elements. */
 __device__ __forceinline__ i64 walk(const Walk& w, int o, i64 i) {
+    if (w.rank == 0) return 0;
     i64 off = 0;
-    for (int d = w.rank - 1; d >= 0; --d) { i64 q = i % w.dims[d]; i /= w.dims[d]; off += q * w.strides[o][d]; }
-    return off;
+    if (w.narrow) {
+        u32 j = (u32)i;
+        for (int d = w.rank - 1; d > 0; --d) { const u32 e = (u32)w.dims[d]; off += (i64)(j % e) * w.strides[o][d]; j /= e; }
+        return off + (i64)j * w.strides[o][0];
+    }
+    for (int d = w.rank - 1; d > 0; --d) { off += (i % w.dims[d]) * w.strides[o][d]; i /= w.dims[d]; }
+    return off + i * w.strides[o][0];
 }
 __device__ __forceinline__ float bf16_load(u16 h) { return __uint_as_float(((u32)h) << 16); }
 __device__ __forceinline__ u16 bf16_store(float f) {
@@ -64,6 +72,12 @@ __device__ __forceinline__ u16 f16_store(float f) { u16 h; asm("cvt.rn.f16.f32 %
 #define CHAIN()
 #endif
 #define EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+/* Tiles of UNROLL·blockDim elements, grid-stride (launched by crate::launch::tiled): each
+   thread takes element t + u·blockDim + threadIdx.x of tile t for every u < UNROLL in one
+   LANES loop to load and another to store, so that several of its loads are in flight. */
+#define UNROLL 4
+#define TILES(t, n) for (i64 t = (i64)blockIdx.x * blockDim.x * UNROLL; t < (n); t += (i64)gridDim.x * blockDim.x * UNROLL)
+#define LANES(u, i, t, n) _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) if (const i64 i = t + (i64)u * blockDim.x + threadIdx.x; i < (n))
 "#;
 
 /// How a dtype sits in memory and in arithmetic.
@@ -128,22 +142,24 @@ pub fn single(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// One output element per thread from up to three operands read through the walk (`plain`
-/// bit `o` set: operand `o` has the output's shape and is read at the same index). The
-/// operands load as `a`, `b`, `c` in their compute types; `expr` gives the output's compute
-/// value; `defs` are functions it calls.
+/// Each output element from up to three operands read through the walk (`plain` bit `o`
+/// set: operand `o` has the output's shape and is read at the same index),
+/// [`UNROLL`](crate::launch::UNROLL) per thread (launched by `launch::tiled`). The operands load as `a`, `b`, `c` in their
+/// compute types; `expr` gives the output's compute value; `defs` are functions it calls.
 fn map(name: &'static str, out: DType, ins: &[DType], defs: &str, expr: &str) -> Option<Source> {
     let o = ctype(out)?;
     let mut params = format!("{}* __restrict__ out", o.store);
-    let mut body = String::new();
+    let (mut held, mut loads, mut bind) = (String::new(), String::new(), String::new());
     for (i, &d) in ins.iter().enumerate() {
         let c = ctype(d)?;
         let v = ["a", "b", "c"][i];
         params += &format!(", const {}* __restrict__ in{i}", c.store);
-        body += &format!("        {} {v} = {};\n", c.compute, c.load(&format!("in{i}[(plain >> {i} & 1) ? i : walk(w, {i}, i)]")));
+        held += &format!("        {} {v}_[UNROLL];\n", c.compute);
+        loads += &format!(" {v}_[u] = {};", c.load(&format!("in{i}[(plain >> {i} & 1) ? i : walk(w, {i}, i)]")));
+        bind += &format!(" const {} {v} = {v}_[u];", c.compute);
     }
     let code = format!(
-        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}, i64 n, Walk w, int plain) {{\n    CHAIN();\n    EACH(i, n) {{\n{body}        out[i] = {};\n    }}\n}}\n",
+        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}, i64 n, Walk w, int plain) {{\n    CHAIN();\n    TILES(t, n) {{\n{held}        LANES(u, i, t, n) {{{loads} }}\n        LANES(u, i, t, n) {{{bind} out[i] = {}; }}\n    }}\n}}\n",
         o.store(expr)
     );
     Some(Source { name, code })
@@ -267,7 +283,7 @@ pub fn copy(size: usize) -> Option<Source> {
         _ => return None,
     };
     let code = format!(
-        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, i64 n, Walk w, i64 out_base, i64 in_base) {{\n    CHAIN();\n    EACH(i, n) {{ out[out_base + walk(w, 1, i)] = in[in_base + walk(w, 0, i)]; }}\n}}\n"
+        "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, i64 n, Walk w, i64 out_base, i64 in_base) {{\n    CHAIN();\n    TILES(tile, n) {{\n        {t} v[UNROLL];\n        LANES(u, i, tile, n) {{ v[u] = in[in_base + walk(w, 0, i)]; }}\n        LANES(u, i, tile, n) {{ out[out_base + walk(w, 1, i)] = v[u]; }}\n    }}\n}}\n"
     );
     Some(Source { name: "copy", code })
 }
@@ -365,6 +381,15 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce::all(r.op, d(0)?),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
+        Op::FusedMatMulBiasAct(f) => {
+            let t = d(0)?;
+            if dtypes != [t; 3] {
+                return None;
+            }
+            let mut sources = vec![matmul::gemv(t)?, matmul::bias_act(t, f.activation, true)?];
+            sources.extend(f.activation.and_then(|a| matmul::bias_act(t, Some(a), false)));
+            Some(sources)
+        }
         Op::DequantMatMul(q) => match (&q.scheme, d(0)?, d(1)?) {
             (QuantScheme::Gguf(t), DType::F32, DType::U8) => quant::dequant_matmul(*t, q.activations).map(|s| vec![s]),
             _ => None,
