@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-target/device}
 # ONNX_DEVICES=cuda reuses a CPU result already at $out/onnx-cpu.json.
 for device in ${ONNX_DEVICES:-cpu cuda}; do
-  python3 tools/onnx/onnx_conformance.py --data target/device/node --jobs "${ONNX_JOBS:-12}" --timeout 120 \
+  python3 tools/onnx/onnx_conformance.py --data target/device/node --jobs "${ONNX_JOBS:-16}" --timeout 120 \
     --json "$out/onnx-$device.json" --exit-zero \
     --executor "cmd:target/device/bin/rlx onnx-run {model} --inputs {inputs_npy} --out {out} --device $device" \
     > "$out/onnx-$device.txt" 2>&1
