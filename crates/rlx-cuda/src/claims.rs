@@ -13,7 +13,7 @@ pub const KINDS: &[OpKind] = {
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
         StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, GatherBackward, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
         RmsNorm, FusedResidualLN, FusedResidualRmsNorm, FusedMatMulBiasAct, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
-        SoftmaxCrossEntropyWithLogits, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend, DequantMatMul,
+        SoftmaxCrossEntropyWithLogits, SoftmaxCrossEntropyBackward, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend, DequantMatMul,
         ElementwiseRegion,
     ]
 };
@@ -52,6 +52,7 @@ impl Claims for CudaClaims {
             }
             Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
             SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",
+            SoftmaxCrossEntropyBackward => "f32, f64, f16, bf16 logits and loss gradient of one dtype; integer labels",
             GatherBackward => "f32 gradients (atomic adds), integer indices",
             ElementwiseRegion => "no prologue; each step as its standalone kernel takes it",
             Attention => {
@@ -71,7 +72,7 @@ mod tests {
     use rlx_ir::ops::attention::{Attention, AttentionBackward, AttentionBackwardAll, AttentionBwdWrt, MaskKind};
     use rlx_ir::ops::reduce::Cumsum;
     use rlx_ir::ops::shape::KvAppend;
-    use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyWithLogits};
+    use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyBackward, SoftmaxCrossEntropyWithLogits};
     use DType::*;
 
     fn claim(op: Op, dtypes: &[DType]) -> Claim {
@@ -99,6 +100,9 @@ mod tests {
         let xent = Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: None });
         assert_eq!(claim(xent.clone(), &[F32, I32]), Claim::Native);
         assert_eq!(claim(xent, &[F32, F32]), Claim::No, "f32-encoded labels decompose");
+        let grad = Op::SoftmaxCrossEntropyBackward(SoftmaxCrossEntropyBackward { ignore_index: Some(-100) });
+        assert_eq!(claim(grad.clone(), &[BF16, I64, BF16]), Claim::Native);
+        assert_eq!(claim(grad, &[BF16, I64, F32]), Claim::No, "a loss gradient of another dtype decomposes");
         assert_eq!(claim(Op::Cumsum(Cumsum { axis: 0, exclusive: false }), &[Bool]), Claim::No);
         assert_eq!(claim(Op::KvAppend(KvAppend { axis: 1, pos: 0 }), &[Bool, Bool, I64]), Claim::Native);
         assert_eq!(claim(Op::KvAppend(KvAppend { axis: 1, pos: 0 }), &[C64, C64]), Claim::No);

@@ -198,6 +198,7 @@ impl CudaEngine {
             Op::CumProd(c) => rows::scan(self, op, Scan::Prod, c.axis, c.exclusive, false, ins[0], out),
             Op::CumMax(c) => rows::scan(self, op, Scan::Max, c.axis, c.exclusive, false, ins[0], out),
             Op::SoftmaxCrossEntropyWithLogits(x) => rows::sparse_cross_entropy(self, op, x.ignore_index, ins[0], ins[1], out),
+            Op::SoftmaxCrossEntropyBackward(x) => rows::sparse_cross_entropy_backward(self, op, x.ignore_index, ins, out),
             Op::Rope(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, false, ins, out),
             Op::RopeBackward(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, true, ins, out),
             Op::Attention(a) => decode::attention(self, op, a, ins, out).unwrap_or_else(|| attention::attention(self, op, a, ins, out)),

@@ -164,3 +164,26 @@ pub fn sparse_cross_entropy(e: &CudaEngine, op: &Op, ignore: Option<i64>, logits
     over_rows(e, f, rows, n, params)
 }
 
+/// `SoftmaxCrossEntropyBackward` over `(logits [.., n], labels [..], d_loss [..])` into `out`
+/// shaped as the logits.
+pub fn sparse_cross_entropy_backward(e: &CudaEngine, op: &Op, ignore: Option<i64>, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Res {
+    let (logits, labels, dl) = (ins[0], ins[1], ins[2]);
+    let n = *logits.dims.last().ok_or("logits need a class axis")?;
+    let rows = numel(labels.dims);
+    if numel(dl.dims) != rows || rows * n != numel(logits.dims) {
+        return Err(format!("logits {:?}, labels {:?} and d_loss {:?} disagree on the rows", logits.dims, labels.dims, dl.dims));
+    }
+    let f = e.kernel(src::sparse_cross_entropy_backward(logits.dtype, labels.dtype).filter(|_| dl.dtype == logits.dtype), op, &[logits.dtype, labels.dtype, dl.dtype])?;
+    let params = vec![
+        ptr(out),
+        ptr(logits),
+        ptr(labels),
+        ptr(dl),
+        Param::I64(rows as i64),
+        Param::I64(n as i64),
+        Param::I32(ignore.is_some() as i32),
+        Param::I64(ignore.unwrap_or(0)),
+    ];
+    over_rows(e, f, rows, n, params)
+}
+

@@ -9,7 +9,7 @@ use rlx_ir::ops::index::{Gather, GatherBackward};
 use rlx_ir::ops::norm::{LayerNorm, LayerNorm2d, RmsNorm};
 use rlx_ir::ops::reduce::{ArgMax, ArgMin, CumMax, CumProd, Cumsum, CumsumBackward, Reduce, ReduceOp};
 use rlx_ir::ops::shape::{KvAppend, Transpose};
-use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyWithLogits};
+use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyBackward, SoftmaxCrossEntropyWithLogits};
 use rlx_ir::{DType, Op};
 
 const DTYPES: [DType; 13] = {
@@ -91,6 +91,7 @@ fn row_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
     }
     for other in DTYPES {
         nodes.push((Op::SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyWithLogits { ignore_index: Some(-100) }), vec![d, other]));
+        nodes.push((Op::SoftmaxCrossEntropyBackward(SoftmaxCrossEntropyBackward { ignore_index: Some(-100) }), vec![d, other, d]));
         nodes.push((Op::Rope(Rope { head_dim: 8, n_rot: 8, style: RopeStyle::NeoX }), vec![d, other, other]));
         nodes.push((Op::RopeBackward(RopeBackward { head_dim: 8, n_rot: 4, style: RopeStyle::GptJ }), vec![d, other, other]));
         for kind in [MaskKind::Custom, MaskKind::Bias] {

@@ -1,6 +1,6 @@
 //! The row kernels against the CPU backend on random inputs: softmax, LayerNorm /
 //! LayerNorm2d / RmsNorm and their fused residual forms, ArgMax / ArgMin, the running scans
-//! and the sparse cross-entropy, over odd row lengths (1 to past 8192, so rows per warp and
+//! and the sparse cross-entropy with its gradient, over odd row lengths (1 to past 8192, so rows per warp and
 //! per block of both sizes), many rows, axes other than the last, and f16/bf16/f64. Each
 //! asserts that its kind ran natively. f32 agrees within 1e-5 (norms normwise: their small
 //! values are differences of larger ones), halves within 2e-2; skips without a device.
@@ -281,4 +281,35 @@ fn sparse_cross_entropy_ignores_and_reports_labels() {
     assert!(e.contains("row 2: label 7 is outside the classes [0, 7) and is not ignore_index -100"), "{e}");
     let good = Tensor::from_vec(vec![0i64, 6, 1, -100], &[4]).unwrap();
     c.run(&[("logits", &logits), ("labels", &good)]).expect("the report clears after the error");
+}
+
+#[test]
+fn sparse_cross_entropy_gradients_zero_ignored_and_outside_rows() {
+    let Some(gpu) = gpu() else { return };
+    // Rows per warp and per block, labels in range, ignored, negative and past the classes.
+    for c in [1, 7, 1000, 20000] {
+        for (dtype, label_dtype) in [(DType::F32, DType::I64), (DType::F32, DType::I32), (DType::BF16, DType::I64), (DType::F16, DType::I32), (DType::F64, DType::I64)] {
+            let rows = 9;
+            let mut g = Graph::new();
+            let logits = f32_input(&mut g, "logits", &[rows, c]);
+            let logits = as_dtype(&mut g, logits, dtype);
+            let dl = f32_input(&mut g, "dl", &[rows]);
+            let dl = as_dtype(&mut g, dl, dtype);
+            let labels = g.input("labels", TensorType::new(DType::I64, Shape::of(&[rows])));
+            let labels = if label_dtype == DType::I64 { labels } else { g.cast(labels, label_dtype).unwrap() };
+            let y = g.softmax_cross_entropy_backward(logits, labels, dl, Some(-100)).unwrap();
+            let y = back(&mut g, y);
+            g.set_outputs(vec![y]).unwrap();
+            let mut labels: Vec<i64> = (0..rows).map(|r| (r * 7 + 3) as i64 % c as i64).collect();
+            labels[2] = -100;
+            labels[5] = -3;
+            labels[7] = c as i64;
+            let inputs = [
+                ("logits", random(&[rows, c], c as u64 + 1, -4.0, 4.0)),
+                ("dl", random(&[rows], c as u64 + 2, -2.0, 2.0)),
+                ("labels", Tensor::from_vec(labels, &[rows]).unwrap()),
+            ];
+            agree_native(&gpu, &g, &inputs, tol(dtype, false), &[OpKind::SoftmaxCrossEntropyBackward]);
+        }
+    }
 }

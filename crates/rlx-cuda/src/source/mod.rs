@@ -405,6 +405,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::CumProd(_) => rows::scan(Scan::Prod, d(0)?).map(|s| vec![s]),
         Op::CumMax(_) => rows::scan(Scan::Max, d(0)?).map(|s| vec![s]),
         Op::SoftmaxCrossEntropyWithLogits(_) => rows::sparse_cross_entropy(d(0)?, d(1)?).map(|s| vec![s]),
+        Op::SoftmaxCrossEntropyBackward(_) if d(2)? == d(0)? => rows::sparse_cross_entropy_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Rope(_) | Op::RopeBackward(_) => attention::rope(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
         Op::Attention(a) => {

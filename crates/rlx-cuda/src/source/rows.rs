@@ -1,6 +1,6 @@
 //! Kernels over rows — the lanes along one axis of a tensor seen as `[outer, n, inner]`, lane
 //! `r` holding the `n` elements `(r / inner)·n·inner + r % inner + j·inner`: softmax, the
-//! norms, the arg-extrema, the running scans and the sparse cross-entropy.
+//! norms, the arg-extrema, the running scans and the sparse cross-entropy with its gradient.
 //!
 //! A reducing kernel gives each row one warp (`per_warp`, several rows per block: short rows)
 //! or one block (`blockDim.x` threads, a multiple of 32: long rows); its reductions
@@ -351,4 +351,46 @@ pub fn sparse_cross_entropy(d: DType, labels: DType) -> Option<Source> {
         y = c.store(&format!("m + ls - {}", c.load("xr[label]"))),
     );
     Some(row_source("sparse cross-entropy", &c, &body))
+}
+
+/// `SoftmaxCrossEntropyBackward`: per row of `n` logits, `(softmax(x) − onehot(label))·dl[row]`,
+/// the softmax recomputed from the row's max and log-sum-exp (as the forward, `ls` 0 where the
+/// max is not finite); rows whose label is `ignore_index` (`has_ignore`) or outside `[0, n)`
+/// get zeros. `dl` has the logits' dtype.
+pub fn sparse_cross_entropy_backward(d: DType, labels: DType) -> Option<Source> {
+    let c = float(d)?;
+    let lc = ctype(labels).filter(|l| !l.float && labels != DType::Bool)?;
+    let label = if labels == DType::U64 { "(labels[l.row] > 9223372036854775807ull ? 9223372036854775807ll : (i64)labels[l.row])" } else { "(i64)labels[l.row]" };
+    let (exp, log) = (math(&c, "exp"), math(&c, "log"));
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {ls}* __restrict__ labels, const T* __restrict__ dl, i64 rows, i64 n, int has_ignore, i64 ignore, int per_warp) {{
+    CHAIN();
+    const i64 inner = 1;
+{ROW}    const i64 label = {label};
+    T* yr = out + base;
+    if ((has_ignore && label == ignore) || label < 0 || label >= n) {{
+        for (i64 j = l.lane; j < n; j += l.width) yr[j] = {zero};
+        return;
+    }}
+    const T* xr = logits + base;
+    acc_t m = -(acc_t)INF;
+    for (i64 j = l.lane; j < n; j += l.width) m = max_nan(m, (acc_t){x});
+    m = row_max(m, per_warp);
+    acc_t ls = 0;
+    if (m == m && m != (acc_t)INF && m != -(acc_t)INF) {{
+        acc_t s = 0;
+        for (i64 j = l.lane; j < n; j += l.width) s += {exp}({x} - m);
+        ls = {log}(row_sum(s, per_warp));
+    }}
+    const acc_t g = {g};
+    for (i64 j = l.lane; j < n; j += l.width) yr[j] = {y};
+}}
+",
+        ls = lc.store,
+        zero = c.store("0"),
+        x = c.load("xr[j]"),
+        g = c.load("dl[l.row]"),
+        y = c.store(&format!("({exp}({} - m - ls) - (j == label ? (acc_t)1 : (acc_t)0)) * g", c.load("xr[j]"))),
+    );
+    Some(row_source("sparse cross-entropy gradient", &c, &body))
 }
