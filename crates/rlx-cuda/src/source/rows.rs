@@ -311,16 +311,42 @@ extern \"C\" __global__ void k(T* __restrict__ out, const T* __restrict__ x, i64
     Some(Source { name: "scan", code })
 }
 
+/// What both sparse cross-entropy kernels share: the labels' C type, the row's label as an
+/// i64 (`label`), and code leaving the max of the row at `xr` in `m` and the log of
+/// `Σ exp(x − m)` in `ls` (0 where the max is not finite, as the CPU).
+struct XentRow {
+    labels: &'static str,
+    label: &'static str,
+    lse: String,
+}
+
+fn xent_row(c: &CType, labels: DType) -> Option<XentRow> {
+    let lc = ctype(labels).filter(|l| !l.float && labels != DType::Bool)?;
+    let label = if labels == DType::U64 { "(labels[l.row] > 9223372036854775807ull ? 9223372036854775807ll : (i64)labels[l.row])" } else { "(i64)labels[l.row]" };
+    let (exp, log, x) = (math(c, "exp"), math(c, "log"), c.load("xr[j]"));
+    let lse = format!(
+        "    acc_t m = -(acc_t)INF;
+    for (i64 j = l.lane; j < n; j += l.width) m = max_nan(m, (acc_t){x});
+    m = row_max(m, per_warp);
+    acc_t ls = 0;
+    if (m == m && m != (acc_t)INF && m != -(acc_t)INF) {{
+        acc_t s = 0;
+        for (i64 j = l.lane; j < n; j += l.width) s += {exp}({x} - m);
+        ls = {log}(row_sum(s, per_warp));
+    }}
+"
+    );
+    Some(XentRow { labels: lc.store, label, lse })
+}
+
 /// `SoftmaxCrossEntropyWithLogits` over rows of `c` logits: `logsumexp − logit[label]`, 0
 /// where the label is `ignore_index` (`has_ignore`). Any other label outside `[0, c)` is
 /// reported in `err` (`[3, row, label, c, has_ignore, ignore]`) and its row left unwritten.
 pub fn sparse_cross_entropy(d: DType, labels: DType) -> Option<Source> {
     let c = float(d)?;
-    let lc = ctype(labels).filter(|l| !l.float && labels != DType::Bool)?;
-    let label = if labels == DType::U64 { "(labels[l.row] > 9223372036854775807ull ? 9223372036854775807ll : (i64)labels[l.row])" } else { "(i64)labels[l.row]" };
-    let (exp, log) = (math(&c, "exp"), math(&c, "log"));
+    let XentRow { labels, label, lse } = xent_row(&c, labels)?;
     let body = format!(
-        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {ls}* __restrict__ labels, i64 rows, i64 n, int has_ignore, i64 ignore, i64* err, int per_warp) {{
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {labels}* __restrict__ labels, i64 rows, i64 n, int has_ignore, i64 ignore, i64* err, int per_warp) {{
     CHAIN();
     const i64 inner = 1;
 {ROW}    const i64 label = {label};
@@ -333,37 +359,24 @@ pub fn sparse_cross_entropy(d: DType, labels: DType) -> Option<Source> {
         return;
     }}
     const T* xr = logits + base;
-    acc_t m = -(acc_t)INF;
-    for (i64 j = l.lane; j < n; j += l.width) m = max_nan(m, (acc_t){x});
-    m = row_max(m, per_warp);
-    acc_t ls = 0;
-    if (m == m && m != (acc_t)INF && m != -(acc_t)INF) {{
-        acc_t s = 0;
-        for (i64 j = l.lane; j < n; j += l.width) s += {exp}({x} - m);
-        ls = {log}(row_sum(s, per_warp));
-    }}
-    if (l.lane == 0) out[l.row] = {y};
+{lse}    if (l.lane == 0) out[l.row] = {y};
 }}
 ",
-        ls = lc.store,
         zero = c.store("0"),
-        x = c.load("xr[j]"),
         y = c.store(&format!("m + ls - {}", c.load("xr[label]"))),
     );
     Some(row_source("sparse cross-entropy", &c, &body))
 }
 
 /// `SoftmaxCrossEntropyBackward`: per row of `n` logits, `(softmax(x) − onehot(label))·dl[row]`,
-/// the softmax recomputed from the row's max and log-sum-exp (as the forward, `ls` 0 where the
-/// max is not finite); rows whose label is `ignore_index` (`has_ignore`) or outside `[0, n)`
-/// get zeros. `dl` has the logits' dtype.
+/// the softmax recomputed from the row's max and log-sum-exp as the forward does; rows whose
+/// label is `ignore_index` (`has_ignore`) or outside `[0, n)` get zeros. `dl` has the logits'
+/// dtype.
 pub fn sparse_cross_entropy_backward(d: DType, labels: DType) -> Option<Source> {
     let c = float(d)?;
-    let lc = ctype(labels).filter(|l| !l.float && labels != DType::Bool)?;
-    let label = if labels == DType::U64 { "(labels[l.row] > 9223372036854775807ull ? 9223372036854775807ll : (i64)labels[l.row])" } else { "(i64)labels[l.row]" };
-    let (exp, log) = (math(&c, "exp"), math(&c, "log"));
+    let XentRow { labels, label, lse } = xent_row(&c, labels)?;
     let body = format!(
-        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {ls}* __restrict__ labels, const T* __restrict__ dl, i64 rows, i64 n, int has_ignore, i64 ignore, int per_warp) {{
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ logits, const {labels}* __restrict__ labels, const T* __restrict__ dl, i64 rows, i64 n, int has_ignore, i64 ignore, int per_warp) {{
     CHAIN();
     const i64 inner = 1;
 {ROW}    const i64 label = {label};
@@ -373,24 +386,13 @@ pub fn sparse_cross_entropy_backward(d: DType, labels: DType) -> Option<Source> 
         return;
     }}
     const T* xr = logits + base;
-    acc_t m = -(acc_t)INF;
-    for (i64 j = l.lane; j < n; j += l.width) m = max_nan(m, (acc_t){x});
-    m = row_max(m, per_warp);
-    acc_t ls = 0;
-    if (m == m && m != (acc_t)INF && m != -(acc_t)INF) {{
-        acc_t s = 0;
-        for (i64 j = l.lane; j < n; j += l.width) s += {exp}({x} - m);
-        ls = {log}(row_sum(s, per_warp));
-    }}
-    const acc_t g = {g};
+{lse}    const acc_t g = {g};
     for (i64 j = l.lane; j < n; j += l.width) yr[j] = {y};
 }}
 ",
-        ls = lc.store,
         zero = c.store("0"),
-        x = c.load("xr[j]"),
         g = c.load("dl[l.row]"),
-        y = c.store(&format!("({exp}({} - m - ls) - (j == label ? (acc_t)1 : (acc_t)0)) * g", c.load("xr[j]"))),
+        y = c.store(&format!("({}({} - m - ls) - (j == label ? (acc_t)1 : (acc_t)0)) * g", math(&c, "exp"), c.load("xr[j]"))),
     );
     Some(row_source("sparse cross-entropy gradient", &c, &body))
 }
