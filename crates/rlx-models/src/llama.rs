@@ -32,9 +32,9 @@ pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
 pub use hf::HfModel;
 pub use kv_pool::KvPool;
 pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
-pub use weights::{MappedBlocks, Stored, Weights};
+pub use weights::{random_blocks, MappedBlocks, Stored, Weights};
 
-use weights::{random_blocks, random_dense};
+use weights::random_dense;
 
 use crate::bpe::BpeTokenizer;
 use crate::error::{ModelError, Result};

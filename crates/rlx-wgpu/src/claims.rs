@@ -12,7 +12,7 @@ pub const KINDS: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape, StopGradient,
-        Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d, RmsNorm,
+        Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, DequantMatMul, Softmax, LayerNorm, LayerNorm2d, RmsNorm,
         FusedResidualLN, FusedResidualRmsNorm, Rope, RopeBackward, Attention, ElementwiseRegion, KvAppend, ArgMax, ArgMin,
     ]
 };
@@ -72,6 +72,7 @@ impl Claims for WgpuClaims {
             MatMul | Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => "f32; f16, bf16 via f32",
             Attention => "f32 heads up to 256 wide (f16, bf16 via f32); masks by position or a key mask; no bias",
             ElementwiseRegion => "up to 6 inputs, no prologue; each step as its standalone kernel takes it",
+            DequantMatMul => "GGUF Q4_0, Q4_1, Q8_0 blocks as stored, F32 activations (exact or Q8Blocks)",
             _ => return None,
         })
     }

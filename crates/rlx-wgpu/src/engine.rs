@@ -8,6 +8,7 @@ use crate::launch::{broadcast, contiguous, grid, launch, threads, walk, word, WA
 use crate::memory::GpuMem;
 use crate::shader::{self, attention::MAX_HEAD, ty, Kernel};
 use rlx_ir::ops::attention::{Attention, MaskKind};
+use rlx_ir::ops::quant::DequantMatMul;
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, Result, RuntimeError};
 use std::sync::Arc;
@@ -203,6 +204,7 @@ impl WgpuEngine {
                 launch(&self.gpu, &k, &[out, x], &params, grid(n)?)
             }
             Op::MatMul(_) => self.matmul(op, ins[0], ins[1], out),
+            Op::DequantMatMul(q) => self.dequant_matmul(op, q, ins, out),
             Op::Softmax(s) => {
                 let x = ins[0];
                 let k = Self::kernel(shader::rows::softmax(x.dtype), op, &[x.dtype])?;
@@ -246,6 +248,28 @@ impl WgpuEngine {
         params.extend([word(m)?, word(n)?, word(kd)?]);
         let tile = shader::matmul::TILE as usize;
         launch(&self.gpu, &k, &[out, a, b], &params, [word(n.div_ceil(tile))?, word(m.div_ceil(tile))?, items as u32])
+    }
+
+    /// `DequantMatMul` on `(x [.., K], w [N, row_bytes])` of GGUF blocks into `out [.., N]`,
+    /// one workgroup per output element.
+    fn dequant_matmul(&self, op: &Op, q: &DequantMatMul, ins: &[Arg<'_, GpuMem>], out: Arg<'_, GpuMem>) -> Res {
+        let (x, w) = (ins[0], ins[1]);
+        let t = q.scheme.gguf().filter(|t| shader::quant::supported(*t)).ok_or_else(|| format!("no wgpu kernel for {:?} weights", q.scheme))?;
+        let k = Self::kernel(shader::quant::dequant_matmul(t, q.activations), op, &[x.dtype, w.dtype])?;
+        let kd = x.dims.last().copied().unwrap_or(0);
+        let n = out.dims.last().copied().unwrap_or(0);
+        let total = numel(out.dims);
+        if total == 0 {
+            return Ok(());
+        }
+        if kd % 32 != 0 || kd == 0 {
+            return Err(format!("x {:?}: K = {kd} is not a whole number of {t:?} blocks of 32", x.dims));
+        }
+        let need = n * (kd / 32) * t.block_bytes();
+        if w.len != need {
+            return Err(format!("the {t:?} weight holds {} bytes; {n} rows of K = {kd} need {need}", w.len));
+        }
+        launch(&self.gpu, &k, &[out, x, w], &[word(n)?, word(kd)?, word(total)?], grid(total)?)
     }
 
     /// A row kernel over `rows` rows of `n` elements `inner` apart, one workgroup each; the

@@ -8,7 +8,8 @@ use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, Operand, RegionPrologue, MAX_REGION_INPUTS};
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::DType;
-use rlx_wgpu::shader::{self, attention, matmul, region, rows, Kernel};
+use rlx_ir::ops::quant::{Activations, GgufType};
+use rlx_wgpu::shader::{self, attention, matmul, quant, region, rows, Kernel};
 
 /// The dtypes the elementwise kernels compute in.
 const DTYPES: [DType; 10] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::I16, DType::U16, DType::I8, DType::U8, DType::Bool];
@@ -37,6 +38,9 @@ fn kernels() -> Vec<Kernel> {
         all.extend(shader::reduce(op, DType::F32));
     }
     all.extend(matmul::matmul(DType::F32));
+    for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+        all.extend([Activations::Exact, Activations::Q8Blocks].into_iter().filter_map(|a| quant::dequant_matmul(t, a)));
+    }
     all.extend(rows::softmax(DType::F32));
     all.extend(rows::arg_extreme(true, DType::F32));
     all.extend(rows::arg_extreme(false, DType::F32));

@@ -1,5 +1,6 @@
 //! Each native wgpu kernel against the CPU backend on fresh random inputs (f32 within 1e-5 of
-//! the output's scale; data movement, integers and comparisons exactly; f16 within 1e-2),
+//! the output's scale; data movement, integers and comparisons exactly; f16 within 1e-2;
+//! products over GGUF blocks normwise),
 //! and the typed errors of a missing adapter, a buffer beyond the adapter's limits and a bad
 //! gather index. Every test skips, saying so, on a machine without an adapter; CI runs them
 //! on Mesa's software Vulkan (lavapipe).
@@ -10,6 +11,7 @@ use common::{agree, compare, cpu, gpu, input, random, uniform, Tol, EXACT, F32};
 use half::f16;
 use rlx_ir::ops::attention::{Attention, MaskKind, Rope, RopeBackward, RopeStyle};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::quant::{Activations, DequantMatMul, GgufType, QuantScheme};
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Dim, Graph, OpKind, Shape, TensorType};
 use rlx_runtime::{CompileOptions, RuntimeError, Session, Tensor};
@@ -216,6 +218,26 @@ fn tiled_products_with_batch_broadcasts_and_ragged_edges() {
         let y = g.matmul(x, w).unwrap();
         g.set_outputs(vec![y]).unwrap();
         agree(&gpu, &g, &[("a", random(&a, 30 + i as u64, -1.0, 1.0)), ("b", random(&b, 40 + i as u64, -1.0, 1.0))], F32, &[OpKind::MatMul]);
+    }
+}
+
+#[test]
+fn products_over_gguf_blocks_as_stored() {
+    let Some(gpu) = gpu() else { return };
+    let gpu = unfused(gpu);
+    for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+        for activations in [Activations::Exact, Activations::Q8Blocks] {
+            for (m, n, k) in [(1, 37, 256), (3, 8, 96), (5, 70, 64)] {
+                let mut g = Graph::new();
+                let x = input(&mut g, "x", DType::F32, &[m, k]);
+                let w = input(&mut g, "w", DType::U8, &[n, t.row_bytes(k).unwrap()]);
+                let y = g.dequant_matmul(DequantMatMul { scheme: QuantScheme::Gguf(t), out_dim: None, activations }, x, &[w]).unwrap();
+                g.set_outputs(vec![y]).unwrap();
+                let seed = (m * n + k) as u64;
+                let ws = rlx_models::llama::random_blocks(&[n, k], seed, 0.5, t).unwrap();
+                agree(&gpu, &g, &[("x", random(&[m, k], seed + 1, -2.0, 2.0)), ("w", ws)], F32, &[OpKind::DequantMatMul]);
+            }
+        }
     }
 }
 

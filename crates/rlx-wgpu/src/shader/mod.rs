@@ -1,7 +1,8 @@
 //! WGSL for every kernel the backend launches, generated from the op and its dtypes alone
 //! (never from shapes, which arrive in the parameter buffer), so one pipeline serves every
 //! shape. Activations and their derivatives come from the IR's expression table
-//! ([`rlx_ir::ops::elementwise::emit`]); row kernels are in [`rows`], products in [`matmul`],
+//! ([`rlx_ir::ops::elementwise::emit`]); row kernels are in [`rows`], products in [`matmul`]
+//! (over GGUF blocks in [`quant`]),
 //! fused regions in [`region`], rotary embeddings and attention in [`attention`].
 //!
 //! Every operand is bound as words (`array<u32>`), read and written through per-dtype
@@ -13,10 +14,12 @@
 
 pub mod attention;
 pub mod matmul;
+pub mod quant;
 pub mod region;
 pub mod rows;
 
 use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
+use rlx_ir::ops::quant::QuantScheme;
 use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Op};
 use std::fmt::Write;
@@ -563,6 +566,10 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Kernel>> {
         Op::Gather(_) => one(gather(d(0)?.size(), d(1)?)),
         Op::Reduce(r) => one(reduce(r.op, d(0)?)),
         Op::MatMul(_) => (d(0)? == d(1)?).then(|| matmul::matmul(d(0)?)).flatten().map(|k| vec![k]),
+        Op::DequantMatMul(q) => match (&q.scheme, dtypes) {
+            (QuantScheme::Gguf(t), [DType::F32, DType::U8]) => one(quant::dequant_matmul(*t, q.activations)),
+            _ => None,
+        },
         Op::Softmax(_) => one(rows::softmax(d(0)?)),
         Op::ArgMax(_) => one(rows::arg_extreme(true, d(0)?)),
         Op::ArgMin(_) => one(rows::arg_extreme(false, d(0)?)),
