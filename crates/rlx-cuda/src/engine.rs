@@ -12,6 +12,7 @@ use crate::source::rows::{Norm, Scan};
 use crate::{attention, decode, fuse, kv, matmul, quant, reduce, rows, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
+use rlx_runtime::layout::moves;
 use rlx_runtime::{Arg, Engine, Result};
 use std::sync::Arc;
 
@@ -109,39 +110,10 @@ impl CudaEngine {
             Op::Fma(_) => self.map(source::fma(d(0)), op, ins, out),
             Op::Cast(c) => self.map(source::cast(d(0), c.to), op, ins, out),
             Op::Reshape(_) | Op::StopGradient(_) => self.copy_bytes(ins[0], out),
-            Op::Transpose(t) => {
-                let own = contiguous(ins[0].dims);
-                let read = t.perm.iter().map(|&p| own[p]).collect();
-                self.strided(op, ins[0], out, out.dims, [read, contiguous(out.dims)], [0, 0])
-            }
-            Op::Expand(_) => self.strided(op, ins[0], out, out.dims, [broadcast(ins[0].dims, out.dims), contiguous(out.dims)], [0, 0]),
-            Op::Narrow(n) => {
-                let own = contiguous(ins[0].dims);
-                let base = n.start as i64 * own[n.axis];
-                self.strided(op, ins[0], out, out.dims, [own, contiguous(out.dims)], [base, 0])
-            }
-            Op::Slice(s) => {
-                let mut own = contiguous(ins[0].dims);
-                let base = s.start as i64 * own[s.axis];
-                own[s.axis] *= s.step;
-                self.strided(op, ins[0], out, out.dims, [own, contiguous(out.dims)], [base, 0])
-            }
-            Op::Reverse(r) => {
-                let mut own = contiguous(ins[0].dims);
-                let mut base = 0;
-                for &a in &r.axes {
-                    base += (ins[0].dims[a] as i64 - 1) * own[a];
-                    own[a] = -own[a];
-                }
-                self.strided(op, ins[0], out, out.dims, [own, contiguous(out.dims)], [base, 0])
-            }
-            Op::Concat(c) => {
-                let whole = contiguous(out.dims);
-                let mut at = 0;
-                for input in ins {
-                    let base = at as i64 * whole[c.axis];
-                    self.strided(op, *input, out, input.dims, [contiguous(input.dims), whole.clone()], [0, base])?;
-                    at += input.dims[c.axis];
+            Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => {
+                let dims: Vec<&[usize]> = ins.iter().map(|a| a.dims).collect();
+                for m in moves(op, &dims, out.dims).unwrap_or_default() {
+                    self.strided(op, ins[m.input], out, &m.dims, m.strides, m.bases)?;
                 }
                 Ok(())
             }

@@ -4,6 +4,8 @@
 use crate::attention::AttnArgs;
 use crate::gpu::Gpu;
 use crate::source::RANK;
+pub use rlx_runtime::layout::{broadcast, contiguous};
+use rlx_runtime::layout::merge_dims;
 use cudarc::driver::{result as cu, sys};
 use std::ffi::c_void;
 
@@ -24,20 +26,7 @@ impl Walk {
     /// steps through contiguously and dropping dims of extent 1 (fewer divisions per element;
     /// ranks above [`RANK`] fit when they merge); 32-bit divisions below 2³² elements.
     pub fn new(dims: &[usize], strides: &[Vec<i64>]) -> Result<Walk, String> {
-        let mut kept: Vec<(i64, Vec<i64>)> = Vec::new();
-        for (d, &extent) in dims.iter().enumerate() {
-            if extent == 1 {
-                continue;
-            }
-            let s: Vec<i64> = strides.iter().map(|st| st[d]).collect();
-            match kept.last_mut() {
-                Some((prev, ps)) if ps.iter().zip(&s).all(|(p, q)| *p == q * extent as i64) => {
-                    *prev *= extent as i64;
-                    *ps = s;
-                }
-                _ => kept.push((extent as i64, s)),
-            }
-        }
+        let kept = merge_dims(dims, strides);
         if kept.len() > RANK {
             return Err(format!("a walk over {} strided dims; the CUDA kernels take at most {RANK}", kept.len()));
         }
@@ -52,24 +41,6 @@ impl Walk {
         }
         Ok(w)
     }
-}
-
-/// Row-major element strides of `dims`.
-pub fn contiguous(dims: &[usize]) -> Vec<i64> {
-    let mut s = vec![0i64; dims.len()];
-    let mut acc = 1i64;
-    for d in (0..dims.len()).rev() {
-        s[d] = acc;
-        acc *= dims[d] as i64;
-    }
-    s
-}
-
-/// Strides that read `dims` broadcast to `out` (NumPy rules, aligned on the right).
-pub fn broadcast(dims: &[usize], out: &[usize]) -> Vec<i64> {
-    let own = contiguous(dims);
-    let lead = out.len() - dims.len();
-    (0..out.len()).map(|d| if d < lead || dims[d - lead] == 1 { 0 } else { own[d - lead] }).collect()
 }
 
 /// One kernel argument, held where the launch can point at it.

@@ -10,6 +10,7 @@ mod engine;
 mod error;
 mod exec;
 mod fallback;
+pub mod layout;
 mod profile;
 mod session;
 pub mod specialize;

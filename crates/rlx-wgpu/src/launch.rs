@@ -7,6 +7,8 @@ use crate::error::WgpuError;
 use crate::gpu::Gpu;
 use crate::memory::GpuMem;
 use crate::shader::{Kernel, GROUP, RANK};
+pub use rlx_runtime::layout::{broadcast, contiguous};
+use rlx_runtime::layout::merge_dims;
 use rlx_runtime::Arg;
 use wgpu::util::DeviceExt;
 
@@ -17,47 +19,11 @@ const MAX_GROUPS: usize = 65535;
 /// `n, rank, dims[8], strides[3][8], plain`.
 pub const WALK_WORDS: usize = 35;
 
-/// Row-major element strides of `dims`.
-pub fn contiguous(dims: &[usize]) -> Vec<i64> {
-    let mut s = vec![0i64; dims.len()];
-    let mut acc = 1i64;
-    for d in (0..dims.len()).rev() {
-        s[d] = acc;
-        acc *= dims[d] as i64;
-    }
-    s
-}
-
-/// Strides reading a tensor of `dims` broadcast to `to` (right-aligned; 0 where it repeats).
-pub fn broadcast(dims: &[usize], to: &[usize]) -> Vec<i64> {
-    let own = contiguous(dims);
-    let shift = to.len() - dims.len().min(to.len());
-    (0..to.len())
-        .map(|a| match a.checked_sub(shift) {
-            Some(k) if dims[k] != 1 => own[k],
-            _ => 0,
-        })
-        .collect()
-}
-
 /// The walk block over `dims` (`n` elements) with up to three operands' `strides`, merging
 /// dims that every operand steps through contiguously and dropping dims of extent 1; `plain`
 /// marks the operands read at the element's own index.
 pub fn walk(n: usize, dims: &[usize], strides: &[Vec<i64>], plain: u32) -> Result<Vec<u32>, String> {
-    let mut kept: Vec<(i64, Vec<i64>)> = Vec::new();
-    for (d, &extent) in dims.iter().enumerate() {
-        if extent == 1 {
-            continue;
-        }
-        let s: Vec<i64> = strides.iter().map(|st| st[d]).collect();
-        match kept.last_mut() {
-            Some((prev, ps)) if ps.iter().zip(&s).all(|(p, q)| *p == q * extent as i64) => {
-                *prev *= extent as i64;
-                *ps = s;
-            }
-            _ => kept.push((extent as i64, s)),
-        }
-    }
+    let kept = merge_dims(dims, strides);
     if kept.len() > RANK {
         return Err(format!("a walk over {} strided dims; the kernels take at most {RANK}", kept.len()));
     }
