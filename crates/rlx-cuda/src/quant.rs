@@ -17,7 +17,7 @@ const SHARED: usize = 48 * 1024;
 /// `DequantMatMul` on `(x [.., K], w [N, row_bytes])` into `out [.., N]`.
 pub fn dequant_matmul(e: &CudaEngine, op: &Op, q: &DequantMatMul, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> Result<(), String> {
     let (x, w) = (ins[0], ins[1]);
-    let t = q.scheme.gguf().filter(|t| src::supported(*t)).ok_or_else(|| format!("no CUDA kernel for {:?} weights", q.scheme))?;
+    let t = q.scheme.gguf().filter(|t| t.plain_header().is_some()).ok_or_else(|| format!("no CUDA kernel for {:?} weights", q.scheme))?;
     let k = x.dims.last().copied().unwrap_or(0);
     let n = out.dims.last().copied().unwrap_or(0);
     if numel(out.dims) == 0 {

@@ -226,7 +226,7 @@ impl WgpuEngine {
     /// one workgroup per output element.
     fn dequant_matmul(&self, op: &Op, q: &DequantMatMul, ins: &[Arg<'_, GpuMem>], out: Arg<'_, GpuMem>) -> Res {
         let (x, w) = (ins[0], ins[1]);
-        let t = q.scheme.gguf().filter(|t| shader::quant::supported(*t)).ok_or_else(|| format!("no wgpu kernel for {:?} weights", q.scheme))?;
+        let t = q.scheme.gguf().filter(|t| t.plain_header().is_some()).ok_or_else(|| format!("no wgpu kernel for {:?} weights", q.scheme))?;
         let k = Self::kernel(shader::quant::dequant_matmul(t, q.activations), op, &[x.dtype, w.dtype])?;
         let kd = x.dims.last().copied().unwrap_or(0);
         let n = out.dims.last().copied().unwrap_or(0);

@@ -1,16 +1,12 @@
 //! `DequantMatMul` over GGUF `Q4_0`, `Q4_1` and `Q8_0` blocks as the file stores them
-//! (`[N, row_bytes]`, one row of `K` weights per output): see [`dequant_matmul`].
+//! (`[N, row_bytes]`, one row of `K` weights per output; `GgufType::plain_header` says which
+//! types): see [`dequant_matmul`].
 
 use super::{Source, PRELUDE};
 use rlx_ir::ops::quant::{Activations, GgufType};
 
 /// Weight rows per block: a warp each.
 pub const ROWS: usize = 8;
-
-/// The block types with a kernel here.
-pub fn supported(t: GgufType) -> bool {
-    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0)
-}
 
 /// `out [M, N] = x [M, K] · dequant(w)ᵀ`, F32 in and out. Grid `(⌈N/8⌉, M)`, 256 threads:
 /// warp `j` of block `(b, m)` takes weight row `8·b + j`, lane `l` its blocks `l, l + 32, …`,
@@ -21,14 +17,7 @@ pub fn supported(t: GgufType) -> bool {
 /// offset by −8) plus `Q4_1`'s `m_w·s_x`, fused as the CPU rounds them; otherwise each
 /// decoded weight (`(q − 8)·d`, `q·d + m`, `q·d`) meets the float activation.
 pub fn dequant_matmul(t: GgufType, a: Activations) -> Option<Source> {
-    if !supported(t) {
-        return None;
-    }
-    let (bytes, codes) = match t {
-        GgufType::Q4_0 => (18, 2),
-        GgufType::Q4_1 => (20, 4),
-        _ => (34, 2),
-    };
+    let (bytes, codes) = (t.block_bytes(), t.plain_header()?);
     // Code `e` (0..32) of the block at `b`, as an int.
     let code = match t {
         GgufType::Q8_0 => format!("(int)(i8)b[{codes} + e]"),

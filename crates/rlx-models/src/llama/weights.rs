@@ -210,11 +210,7 @@ pub fn random_blocks(shape: &[usize], seed: u64, scale: f32, ty: GgufType) -> Re
     let &[n, k] = shape else { return Err(ModelError::Unsupported(format!("random {ty:?} blocks of shape {shape:?}: a matrix is needed"))) };
     let row = ty.row_bytes(k).map_err(ModelError::Unsupported)?;
     let bytes = ty.block_bytes();
-    let header = match ty {
-        GgufType::Q4_0 | GgufType::Q8_0 => 2,
-        GgufType::Q4_1 => 4,
-        t => return Err(ModelError::Unsupported(format!("random {t:?} blocks: Q4_0, Q4_1 and Q8_0 are made"))),
-    };
+    let header = ty.plain_header().ok_or_else(|| ModelError::Unsupported(format!("random {ty:?} blocks: Q4_0, Q4_1 and Q8_0 are made")))?;
     let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
     let mut t = Tensor::zeros(DType::U8, &[n, row]);
     fill_parallel(t.bytes_mut(), bytes, &|b, out| {

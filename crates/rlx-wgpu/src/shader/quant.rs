@@ -1,6 +1,7 @@
 //! `DequantMatMul` over GGUF `Q4_0`, `Q4_1` and `Q8_0` blocks as the file stores them (`w
-//! [N, row_bytes]`, one row of `K` weights per output column), read byte by byte from the
-//! words they were uploaded as: see [`dequant_matmul`].
+//! [N, row_bytes]`, one row of `K` weights per output column; `GgufType::plain_header` says
+//! which types), read byte by byte from the words they were uploaded as: see
+//! [`dequant_matmul`].
 
 use super::{header, load_fn, ty, Kernel};
 use rlx_ir::ops::quant::{Activations, GgufType};
@@ -8,11 +9,6 @@ use rlx_ir::DType;
 
 /// Invocations per workgroup, each taking every 64th block of the workgroup's output.
 pub const GROUP: u32 = 64;
-
-/// The block types with a kernel here.
-pub fn supported(t: GgufType) -> bool {
-    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0)
-}
 
 /// `out [M, N] = x [M, K] · dequant(w)ᵀ`, F32 in and out; one workgroup per output element
 /// (`p[K]` = N, `p[K + 1]` = K, `p[K + 2]` = M·N), its invocations striding over the blocks
@@ -22,14 +18,7 @@ pub fn supported(t: GgufType) -> bool {
 /// `max|x|/127` rounded to f16, codes rounded half to even), and the block adds
 /// `f32(Σ q_w·q_x)·(d_w·d_x)` (`Q4_0`'s codes offset by −8) plus `Q4_1`'s `m_w·f16(d_x·Σq_x)`.
 pub fn dequant_matmul(t: GgufType, a: Activations) -> Option<Kernel> {
-    if !supported(t) {
-        return None;
-    }
-    let (bytes, codes) = match t {
-        GgufType::Q4_0 => (18, 2),
-        GgufType::Q4_1 => (20, 4),
-        _ => (34, 2),
-    };
+    let (bytes, codes) = (t.block_bytes(), t.plain_header()?);
     let code = match t {
         GgufType::Q8_0 => format!("bitcast<i32>(ld2(b + {codes}u + e) << 24u) >> 24u"),
         _ => format!("i32((ld2(b + {codes}u + (e & 15u)) >> ((e >> 4u) * 4u)) & 15u)"),

@@ -133,6 +133,17 @@ impl GgufType {
         Ok(k / qk * self.block_bytes())
     }
 
+    /// Bytes before the 32 codes of a `Q4_0` / `Q8_0` block (its f16 scale) or a `Q4_1` block
+    /// (scale and minimum): the types the device kernels read straight from the file; `None`
+    /// for the others.
+    pub const fn plain_header(self) -> Option<usize> {
+        match self {
+            GgufType::Q4_0 | GgufType::Q8_0 => Some(2),
+            GgufType::Q4_1 => Some(4),
+            _ => None,
+        }
+    }
+
     /// Activation-side formats (`Q8_1`, `Q8_K`) that weight files normally do not use.
     pub const fn is_activation_format(self) -> bool {
         matches!(self, GgufType::Q8_1 | GgufType::Q8_K)
