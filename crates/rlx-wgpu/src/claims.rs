@@ -12,7 +12,7 @@ pub const KINDS: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape, StopGradient,
-        Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, DequantMatMul, Softmax, LayerNorm, LayerNorm2d, RmsNorm,
+        Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, Reduce, MatMul, FusedMatMulBiasAct, DequantMatMul, Softmax, LayerNorm, LayerNorm2d, RmsNorm,
         FusedResidualLN, FusedResidualRmsNorm, Rope, RopeBackward, Attention, ElementwiseRegion, KvAppend, ArgMax, ArgMin,
     ]
 };
@@ -25,6 +25,7 @@ fn f32_only(op: &Op) -> bool {
     matches!(
         op,
         Op::MatMul(_)
+            | Op::FusedMatMulBiasAct(_)
             | Op::Softmax(_)
             | Op::LayerNorm(_)
             | Op::LayerNorm2d(_)
@@ -69,7 +70,7 @@ impl Claims for WgpuClaims {
             Concat => "4 and 8-byte elements",
             KvAppend => "4 and 8-byte elements, an i64 position; in place when the cache is graph state",
             Reduce | ArgMax | ArgMin => "f32; f16, bf16 via f32",
-            MatMul | Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => "f32; f16, bf16 via f32",
+            MatMul | FusedMatMulBiasAct | Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => "f32; f16, bf16 via f32",
             Attention => "f32 heads up to 256 wide (f16, bf16 via f32); masks by position or a key mask; no bias",
             ElementwiseRegion => "up to 6 inputs, no prologue; each step as its standalone kernel takes it",
             DequantMatMul => "GGUF Q4_0, Q4_1, Q8_0 blocks as stored, F32 activations (exact or Q8Blocks)",

@@ -175,7 +175,8 @@ impl WgpuEngine {
                 params.extend_from_slice(&inner[10..18]);
                 launch(&self.gpu, &k, &[out, x], &params, grid(n)?)
             }
-            Op::MatMul(_) => self.matmul(op, ins[0], ins[1], out),
+            Op::MatMul(_) => self.matmul(op, ins, None, out),
+            Op::FusedMatMulBiasAct(f) => self.matmul(op, ins, Some(f.activation), out),
             Op::DequantMatMul(q) => self.dequant_matmul(op, q, ins, out),
             Op::Softmax(s) => {
                 let x = ins[0];
@@ -203,8 +204,10 @@ impl WgpuEngine {
     }
 
     /// `out [batch.., m, n] = a [.., m, k] · b [.., k, n]`, the batch broadcast.
-    fn matmul(&self, op: &Op, a: Arg<'_, GpuMem>, b: Arg<'_, GpuMem>, out: Arg<'_, GpuMem>) -> Res {
-        let k = Self::kernel(shader::matmul::matmul(a.dtype).filter(|_| a.dtype == b.dtype), op, &[a.dtype, b.dtype])?;
+    fn matmul(&self, op: &Op, ins: &[Arg<'_, GpuMem>], epilogue: shader::matmul::Epilogue, out: Arg<'_, GpuMem>) -> Res {
+        let (a, b) = (ins[0], ins[1]);
+        let dtypes: Vec<DType> = ins.iter().map(|x| x.dtype).collect();
+        let k = Self::kernel(shader::matmul::matmul(a.dtype, epilogue).filter(|_| dtypes.iter().all(|&d| d == a.dtype)), op, &dtypes)?;
         let (ra, rb, ro) = (a.dims.len(), b.dims.len(), out.dims.len());
         if ra < 2 || rb < 2 || ro < 2 {
             return Err(format!("a product of {:?} and {:?} needs matrices", a.dims, b.dims));
@@ -219,7 +222,9 @@ impl WgpuEngine {
         let mut params = walk(items, batch, &[scaled(&a.dims[..ra - 2], m * kd), scaled(&b.dims[..rb - 2], kd * n)], 0)?;
         params.extend([word(m)?, word(n)?, word(kd)?]);
         let tile = shader::matmul::TILE as usize;
-        launch(&self.gpu, &k, &[out, a, b], &params, [word(n.div_ceil(tile))?, word(m.div_ceil(tile))?, items as u32])
+        let mut operands = vec![out];
+        operands.extend_from_slice(ins);
+        launch(&self.gpu, &k, &operands, &params, [word(n.div_ceil(tile))?, word(m.div_ceil(tile))?, items as u32])
     }
 
     /// `DequantMatMul` on `(x [.., K], w [N, row_bytes])` of GGUF blocks into `out [.., N]`,

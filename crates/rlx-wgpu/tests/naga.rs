@@ -37,7 +37,8 @@ fn kernels() -> Vec<Kernel> {
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
         all.extend(shader::reduce(op, DType::F32));
     }
-    all.extend(matmul::matmul(DType::F32));
+    all.extend(matmul::matmul(DType::F32, None));
+    all.extend([None, Some(ActivationKind::Gelu), Some(ActivationKind::Relu)].into_iter().filter_map(|a| matmul::matmul(DType::F32, Some(a))));
     for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
         all.extend([Activations::Exact, Activations::Q8Blocks].into_iter().filter_map(|a| quant::dequant_matmul(t, a)));
     }

@@ -222,6 +222,29 @@ fn tiled_products_with_batch_broadcasts_and_ragged_edges() {
 }
 
 #[test]
+fn biased_products_take_their_activation_in_the_same_kernel() {
+    let Some(gpu) = gpu() else { return };
+    for activation in [None, Some(ActivationKind::Gelu), Some(ActivationKind::Relu), Some(ActivationKind::Silu)] {
+        for (x_dims, n) in [(vec![70, 33], 65), (vec![2, 19, 40], 130)] {
+            let k = *x_dims.last().unwrap();
+            let mut g = Graph::new();
+            let x = input(&mut g, "x", DType::F32, &x_dims);
+            let w = input(&mut g, "w", DType::F32, &[k, n]);
+            let b = input(&mut g, "b", DType::F32, &[n]);
+            let y = g.matmul(x, w).unwrap();
+            let mut y = g.binary(BinaryOp::Add, y, b).unwrap();
+            if let Some(kind) = activation {
+                y = g.activation(kind, y).unwrap();
+            }
+            g.set_outputs(vec![y]).unwrap();
+            let seed = (k * n) as u64;
+            let inputs = [("x", random(&x_dims, seed, -1.0, 1.0)), ("w", random(&[k, n], seed + 1, -0.5, 0.5)), ("b", random(&[n], seed + 2, -1.0, 1.0))];
+            agree(&gpu, &g, &inputs, F32, &[OpKind::FusedMatMulBiasAct]);
+        }
+    }
+}
+
+#[test]
 fn products_over_gguf_blocks_as_stored() {
     let Some(gpu) = gpu() else { return };
     let gpu = unfused(gpu);

@@ -4,22 +4,42 @@
 //! dispatch's third dimension, each item's A and B found through the broadcast walk.
 //!
 //! Parameters: `p[K]` the batch items, the walk of A's and B's batch offsets (operands 0 and
-//! 1 of the walk), and `p[K + 35 ..]` = `M, N, K`.
+//! 1 of the walk), and `p[K + 35 ..]` = `M, N, K`. `FusedMatMulBiasAct` is the same product
+//! with its bias (a fourth operand, one value per column) and activation applied to each
+//! output before the store.
 
 use super::{header, load_fn, ty, Kernel, WALK};
+use rlx_ir::ops::elementwise::{emit, table, ActivationKind};
 use rlx_ir::DType;
 
 /// Rows and columns of a workgroup's output tile.
 pub const TILE: u32 = 64;
 
-/// The product of f32 operands (f16 and bf16 are cast to f32 around it by legalization).
-pub fn matmul(d: DType) -> Option<Kernel> {
+/// What the product adds to each output before storing it: `Some(activation)` a bias
+/// (operand 3) and then the activation, if any.
+pub type Epilogue = Option<Option<ActivationKind>>;
+
+/// The product of f32 operands (f16 and bf16 are cast to f32 around it by legalization), with
+/// `epilogue`'s bias and activation.
+pub fn matmul(d: DType, epilogue: Epilogue) -> Option<Kernel> {
     (d == DType::F32).then_some(())?;
-    let mut code = header(3, false);
+    let operands = if epilogue.is_some() { 4 } else { 3 };
+    let mut code = header(operands, false);
     code += WALK;
     code += &load_fn(1, ty(d)?);
     code += &load_fn(2, ty(d)?);
-    code += "var<workgroup> ta: array<f32, 1024>;
+    let value = match epilogue {
+        None => "acc[i][j]".to_string(),
+        Some(act) => {
+            code += &load_fn(3, ty(d)?);
+            if let Some(kind) = act {
+                code += &(emit::prelude(emit::Target::Wgsl) + &emit::function(emit::Target::Wgsl, "f", &table::forward_expr(kind)));
+            }
+            let biased = "acc[i][j] + ld3(c)";
+            if act.is_some() { format!("f({biased})") } else { biased.to_string() }
+        }
+    };
+    code += &"var<workgroup> ta: array<f32, 1024>;
 var<workgroup> tb: array<f32, 1024>;
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -64,10 +84,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         if (r >= m) { continue; }
         for (var j = 0u; j < 4u; j++) {
             let c = col0 + lid.x + 16u * j;
-            if (c < n) { b0[p[0] + ob + r * n + c] = bitcast<u32>(acc[i][j]); }
+            if (c < n) { b0[p[0] + ob + r * n + c] = bitcast<u32>(VALUE); }
         }
     }
 }
-";
-    Some(Kernel { name: "matmul", code, operands: 3, report: false })
+".replace("VALUE", &value);
+    Some(Kernel { name: "matmul", code, operands, report: false })
 }

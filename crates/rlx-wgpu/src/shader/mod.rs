@@ -565,7 +565,8 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Kernel>> {
         Op::Concat(_) => matches!(d(0)?.size(), 4 | 8).then(|| copy(d(0)?.size())).flatten().map(|k| vec![k]),
         Op::Gather(_) => one(gather(d(0)?.size(), d(1)?)),
         Op::Reduce(r) => one(reduce(r.op, d(0)?)),
-        Op::MatMul(_) => (d(0)? == d(1)?).then(|| matmul::matmul(d(0)?)).flatten().map(|k| vec![k]),
+        Op::MatMul(_) => (d(0)? == d(1)?).then(|| matmul::matmul(d(0)?, None)).flatten().map(|k| vec![k]),
+        Op::FusedMatMulBiasAct(f) => (dtypes == [d(0)?; 3]).then(|| matmul::matmul(d(0)?, Some(f.activation))).flatten().map(|k| vec![k]),
         Op::DequantMatMul(q) => match (&q.scheme, dtypes) {
             (QuantScheme::Gguf(t), [DType::F32, DType::U8]) => one(quant::dequant_matmul(*t, q.activations)),
             _ => None,
