@@ -5,8 +5,6 @@
 //! times the activation block's sum). The weights are read in the panel layout of
 //! [`super::panels`], by the kernels there and in [`super::q8_simd`].
 
-use rlx_ir::ops::quant::GgufType;
-
 /// Values per block, of the weights and of the rounded activations.
 pub(super) const QK: usize = 32;
 /// Activation rows sharing each load of weight codes.
@@ -65,24 +63,11 @@ fn quantize_into(x: &[f32], rows: &mut Q8Rows) {
     }
 }
 
-/// Whether `t` has kernels here.
-pub(super) fn supports(t: GgufType) -> bool {
-    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0)
-}
-
-/// Bytes per weight block of `t`.
-pub(super) fn block_bytes(t: GgufType) -> usize {
-    match t {
-        GgufType::Q4_0 => 18,
-        GgufType::Q4_1 => 20,
-        _ => 34,
-    }
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
     use half::f16;
+    use rlx_ir::ops::quant::GgufType;
 
     /// A xorshift stream of u32s.
     pub(in super::super) fn stream(seed: u32) -> impl FnMut() -> u32 {
@@ -130,7 +115,7 @@ pub(super) mod tests {
     /// The f64 reference: ggml's rounding of each activation block written out per value,
     /// the weight's own integer codes, and the block sums in f64.
     pub(in super::super) fn reference(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize) -> Vec<f64> {
-        let (bb, blocks, rows) = (block_bytes(t), k / QK, x.len() / k);
+        let (bb, blocks, rows) = (t.block_bytes(), k / QK, x.len() / k);
         let mut out = vec![0f64; rows * n];
         for m in 0..rows {
             for j in 0..n {

@@ -5,24 +5,25 @@
 //! `Q8_0`'s magnitudes times sign-adjusted activation codes. The integer sums are exact and
 //! the f32 steps are the portable kernel's, so every kernel gives the same bits.
 
-use super::panels::{kernel_portable, Kernel, Panels, Sums};
+use super::panels::{Kernels, Panels, Sums, PORTABLE};
 use super::q8::{Q8Rows, QK, ROW_TILE};
 use rlx_ir::ops::quant::GgufType;
 
-/// The fastest kernel this CPU runs: AVX-512 VNNI, AVX2, or the portable one.
-pub(super) fn best() -> Kernel {
-    available().first().map_or(kernel_portable as Kernel, |k| k.1)
+/// The fastest kernels this CPU runs: AVX-512 VNNI, AVX2, or the portable ones.
+pub(super) fn best() -> Kernels {
+    available().first().map_or(PORTABLE, |k| k.1)
 }
 
-/// The SIMD kernels this CPU runs, fastest first.
-pub(super) fn available() -> Vec<(&'static str, Kernel)> {
+/// The SIMD kernels this CPU runs, fastest first, each with the K-quants' kernels of the same
+/// instruction set ([`super::q8k_simd`]).
+pub(super) fn available() -> Vec<(&'static str, Kernels)> {
     let mut out = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
         if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
-            out.push(("vnni", vnni as Kernel));
+            out.push(("vnni", Kernels { blocks: vnni, super_blocks: super::q8k_simd::vnni }));
         }
-        out.push(("avx2", avx2 as Kernel));
+        out.push(("avx2", Kernels { blocks: avx2, super_blocks: super::q8k_simd::avx2 }));
     }
     out
 }
