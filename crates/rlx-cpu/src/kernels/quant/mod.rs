@@ -5,7 +5,7 @@
 //! Activations are f32 or f64 (f16/bf16 are widened to f32); products accumulate in the
 //! activation's type and the F32 outputs are rounded once — except under
 //! `Activations::Q8Blocks`, where rows are rounded to 8-bit blocks and meet `Q4_0`/`Q4_1`/`Q8_0`
-//! weights ([`q8`], [`q8_simd`]) or `Q4_K`/`Q5_K`/`Q6_K` weights ([`q8k`], [`q8k_simd`]) in
+//! weights, and `Q5_0`/`Q5_1` ([`q8`], [`q8_simd`]), or `Q4_K`/`Q5_K`/`Q6_K` weights ([`q8k`], [`q8k_simd`]) in
 //! integer dot products as llama.cpp's do. Weights are decoded block by block
 //! inside the product ([`rows`]) and never materialized whole, except by `DequantMoEWeights`,
 //! whose result is the dequantized stack. The decoders themselves — ggml blocks, minifloats —
@@ -91,7 +91,7 @@ fn q8_weight(scheme: &QuantScheme) -> Result<rlx_ir::ops::quant::GgufType, Strin
     scheme
         .gguf()
         .filter(|t| panels::supports(*t))
-        .ok_or_else(|| format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K scheme, got {scheme:?}"))
+        .ok_or_else(|| format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K scheme, got {scheme:?}"))
 }
 
 /// `out = x · wᵀ` under `Activations::Q8Blocks`.

@@ -1,5 +1,5 @@
-//! `Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q5_K` and `Q6_K` weights laid out for the `Q8Blocks`
-//! product: rows in panels of [`PANEL`], and in each block of a panel every field of the GGUF
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K` and `Q6_K` weights laid out for the
+//! `Q8Blocks` product: rows in panels of [`PANEL`], and in each block of a panel every field of the GGUF
 //! block ([`fields`]) stored for the 8 rows side by side — f16 scales two bytes per row, the
 //! K-quants' packed sub-block scales one byte per row, codes interleaved four bytes at a time.
 //! One 32-byte load then holds four bytes of codes of each of the 8 rows; an integer dot product
@@ -33,8 +33,8 @@ pub(super) type Sums = [[f32; PANEL]; ROW_TILE];
 /// to 8-bit blocks `A`, into the first `rows` entries of the sums.
 pub(super) type Kernel<A> = fn(&Panels, usize, &A, usize, usize, &mut Sums);
 
-/// One instruction set's kernels: against 8-bit blocks of 32 (`Q4_0`, `Q4_1`, `Q8_0`) and of
-/// 256 (the K-quants).
+/// One instruction set's kernels: against 8-bit blocks of 32 (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`,
+/// `Q8_0`) and of 256 (the K-quants).
 #[derive(Clone, Copy)]
 pub(super) struct Kernels {
     pub blocks: Kernel<Q8Rows>,
@@ -46,18 +46,21 @@ pub(super) const PORTABLE: Kernels = Kernels { blocks: kernel_portable, super_bl
 
 /// Whether `t` has kernels here.
 pub(super) fn supports(t: GgufType) -> bool {
-    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0 | GgufType::Q4_K | GgufType::Q5_K | GgufType::Q6_K)
+    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q5_0 | GgufType::Q5_1 | GgufType::Q8_0 | GgufType::Q4_K | GgufType::Q5_K | GgufType::Q6_K)
 }
 
 /// A block of `t` as fields in GGUF order, each `(bytes, unit)`: in a panel the field takes
 /// [`PANEL`]× its bytes, unit `i` (of `unit` bytes) of row `lane` at `(PANEL·i + lane)·unit`
 /// from the field's start. f16 values move as units of 2, the K-quants' packed 6-bit scales
-/// and `Q6_K`'s i8 scales as bytes, codes as 4-byte units.
+/// and `Q6_K`'s i8 scales as bytes, codes and `Q5_0`/`Q5_1`'s 32-bit masks of fifth bits as
+/// 4-byte units.
 fn fields(t: GgufType) -> &'static [(usize, usize)] {
     match t {
         GgufType::Q4_0 => &[(2, 2), (16, 4)],
         GgufType::Q4_1 => &[(4, 2), (16, 4)],
         GgufType::Q8_0 => &[(2, 2), (32, 4)],
+        GgufType::Q5_0 => &[(2, 2), (4, 4), (16, 4)],
+        GgufType::Q5_1 => &[(4, 2), (4, 4), (16, 4)],
         GgufType::Q4_K => &[(4, 2), (12, 1), (128, 4)],
         GgufType::Q5_K => &[(4, 2), (12, 1), (32, 4), (128, 4)],
         _ => &[(128, 4), (64, 4), (16, 1), (2, 2)],
@@ -80,7 +83,7 @@ pub struct Panels {
 /// product cannot take them.
 fn check(t: GgufType, len: usize, n: usize, k: usize) -> Result<usize, String> {
     if !supports(t) {
-        return Err(format!("the Q8Blocks product needs Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K weights, got {t:?}"));
+        return Err(format!("the Q8Blocks product needs Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights, got {t:?}"));
     }
     let qk = t.block_size();
     if !k.is_multiple_of(qk) {
@@ -251,35 +254,52 @@ pub(super) fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
-/// The portable [`Kernel`]: per row of the panel, the exact integer sum of each block (code
-/// `e` of a lane sits in the byte `e mod 16` of its four-byte chunks, high nibble from 16 on),
-/// then the same f32 steps as the SIMD kernels, so all give the same bits.
+/// The portable [`Kernel`] of the 32-blocks: per row of the panel, its GGUF block restored,
+/// the exact integer sum of its codes times the activation codes (`Q4_0`'s offset of −8 and
+/// `Q5_0`'s of −16 taken off as that times the activation sum), then the same f32 steps as the
+/// SIMD kernels, so all give the same bits.
 pub(super) fn kernel_portable(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums) {
-    let heads = fields(w.t)[0].0 / 2;
-    let code = |blk: &[u8], lane: usize, e: usize| -> i32 {
-        match w.t {
-            GgufType::Q8_0 => i32::from(blk[16 + 32 * (e / 4) + 4 * lane + e % 4] as i8),
-            _ => i32::from((blk[16 * heads + 32 * (e % 16 / 4) + 4 * lane + e % 4] >> (4 * (e / 16))) & 15),
-        }
-    };
-    for (r, acc) in out.iter_mut().enumerate().take(rows) {
+    let t = w.t;
+    let mut blk = vec![0u8; t.block_bytes()];
+    for acc in out.iter_mut().take(rows) {
         acc.fill(0.0);
-        for b in 0..w.blocks {
-            let xi = (m0 + r) * w.blocks + b;
-            let xq = &a.q[xi * QK..(xi + 1) * QK];
-            let blk = &w.data()[(p * w.blocks + b) * w.block_len..][..w.block_len];
-            for (lane, acc) in acc.iter_mut().enumerate() {
-                let mut s: i32 = (0..QK).map(|e| code(blk, lane, e) * i32::from(xq[e])).sum();
-                if w.t == GgufType::Q4_0 {
-                    s -= 8 * a.sum[xi];
+    }
+    for b in 0..w.blocks {
+        for lane in 0..PANEL {
+            w.gguf_block(p, b, lane, &mut blk);
+            let codes = codes32(t, &blk);
+            let (d, m) = (f16_at(&blk), f16_at(&blk[2..]));
+            for (r, acc) in out.iter_mut().enumerate().take(rows) {
+                let xi = (m0 + r) * w.blocks + b;
+                let xq = &a.q[xi * QK..(xi + 1) * QK];
+                let mut s: i32 = codes.iter().zip(xq).map(|(&c, &x)| c * i32::from(x)).sum();
+                match t {
+                    GgufType::Q4_0 => s -= 8 * a.sum[xi],
+                    GgufType::Q5_0 => s -= 16 * a.sum[xi],
+                    _ => {}
                 }
-                *acc = (s as f32).mul_add(f16_at(&blk[2 * lane..]) * a.d[xi], *acc);
-                if w.t == GgufType::Q4_1 {
-                    *acc = f16_at(&blk[16 + 2 * lane..]).mul_add(a.s[xi], *acc);
+                let acc = &mut acc[lane];
+                *acc = (s as f32).mul_add(d * a.d[xi], *acc);
+                if matches!(t, GgufType::Q4_1 | GgufType::Q5_1) {
+                    *acc = m.mul_add(a.s[xi], *acc);
                 }
             }
         }
     }
+}
+
+/// The 32 codes of a GGUF block `b` of a 32-block type `t`: `Q8_0`'s signed bytes, else the
+/// unsigned nibbles (value `e` in byte `e mod 16`, high nibble from 16 on) with `Q5_0`/`Q5_1`'s
+/// fifth bits (bit `e` of their 32-bit mask).
+fn codes32(t: GgufType, b: &[u8]) -> [i32; QK] {
+    let (high, qs) = match t {
+        GgufType::Q8_0 => return std::array::from_fn(|e| i32::from(b[2 + e] as i8)),
+        GgufType::Q4_0 => (0, &b[2..18]),
+        GgufType::Q4_1 => (0, &b[4..20]),
+        GgufType::Q5_0 => (u32::from_le_bytes([b[2], b[3], b[4], b[5]]), &b[6..22]),
+        _ => (u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..24]),
+    };
+    std::array::from_fn(|e| i32::from((qs[e % 16] >> (4 * (e / 16))) & 15) | (((high >> e) & 1) << 4) as i32)
 }
 
 #[cfg(test)]
@@ -288,7 +308,8 @@ mod tests {
     use super::super::q8k::tests::blocks as weight_blocks;
     use super::*;
 
-    const TYPES: [GgufType; 6] = [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0, GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K];
+    const TYPES: [GgufType; 8] =
+        [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q8_0, GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K];
 
     const SHAPES: [(usize, usize, usize); 9] =
         [(1, 7, 64), (1, 8, 32), (2, 4, 32), (6, 8, 64), (7, 5, 96), (63, 3, 32), (129, 9, 128), (5, 300, 256), (1, 1000, 32)];
@@ -335,7 +356,7 @@ mod tests {
 
     #[test]
     fn portable_kernel_matches_the_f64_reference() {
-        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
+        for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q8_0] {
             for (rows, n, k) in SHAPES {
                 let w = weight_blocks(t, n * k / QK, (rows * n + k) as u32);
                 let x = activations(rows * k, (3 * rows + n) as u32);
