@@ -2,7 +2,7 @@
 //! of a panel holds four codes of each of its 8 rows; against four activation codes broadcast
 //! to every lane, `maddubs` + `madd` (AVX2) or one `vpdpbusd` (AVX-512 VNNI) adds each row's
 //! products into its own i32 lane — unsigned nibble codes (with `Q5_0`/`Q5_1`'s fifth bits,
-//! spread from each row's 32-bit mask to its bytes) times signed activation codes, or
+//! spread from each row's 32-bit mask to its bytes by one multiply) times signed activation codes, or
 //! `Q8_0`'s magnitudes times sign-adjusted activation codes. The integer sums are exact and
 //! the f32 steps are the portable kernel's, so every kernel gives the same bits.
 
@@ -117,10 +117,9 @@ macro_rules! panel_kernel {
             let codes_at = if FIFTH { high_at + 32 } else { high_at };
             let offset = if FIFTH { 16 } else { 8 };
             let mask = _mm256_set1_epi8(0x0F);
-            // For the fifth bits: every byte of a lane picks the lane's first byte (plus an
-            // offset), then byte `b` tests bit `b`.
-            let first = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
-            let (bits, bit4) = (_mm256_set1_epi32(0x0804_0201), _mm256_set1_epi8(0x10));
+            // For the fifth bits: a lane's 4-bit field `f` times 0x02040810 is `f` shifted by 4,
+            // 11, 18 and 25 (no carries), so bit `b` of `f` lands on bit 4 of byte `b`.
+            let (field, spread, bit4) = (_mm256_set1_epi32(0xF), _mm256_set1_epi32(0x0204_0810), _mm256_set1_epi8(0x10));
             let mut acc = [_mm256_setzero_ps(); R];
             let panel = w.data().as_ptr().add(p * blocks * len);
             for b in 0..blocks {
@@ -135,9 +134,8 @@ macro_rules! panel_kernel {
                     // The fifth bits of values `e .. e + 4` (`e` a multiple of 4) as 0x10 in the
                     // bytes of each lane.
                     let fifth = |e: usize| {
-                        let byte = _mm256_add_epi8(first, _mm256_set1_epi8((e / 8) as i8));
-                        let nib = _mm256_srl_epi32(_mm256_shuffle_epi8(high, byte), _mm_cvtsi32_si128((e % 8) as i32));
-                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(nib, bits), bits), bit4)
+                        let f = _mm256_and_si256(_mm256_srl_epi32(high, _mm_cvtsi32_si128(e as i32)), field);
+                        _mm256_and_si256(_mm256_mullo_epi32(f, spread), bit4)
                     };
                     for i in 0..4 {
                         let v = _mm256_loadu_si256(codes.add(32 * i).cast());
