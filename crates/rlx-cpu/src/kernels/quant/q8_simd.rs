@@ -2,7 +2,8 @@
 //! of a panel holds four codes of each of its 8 rows; against four activation codes broadcast
 //! to every lane, `maddubs` + `madd` (AVX2) or one `vpdpbusd` (AVX-512 VNNI) adds each row's
 //! products into its own i32 lane — unsigned nibble codes (with `Q5_0`/`Q5_1`'s fifth bits,
-//! spread from each row's 32-bit mask to its bytes by one multiply) times signed activation codes, or
+//! spread from each row's 32-bit mask to its bytes by a multiply, or by a byte test and a
+//! masked add on AVX-512BW) times signed activation codes, or
 //! `Q8_0`'s magnitudes times sign-adjusted activation codes. The integer sums are exact and
 //! the f32 steps are the portable kernel's, so every kernel gives the same bits.
 
@@ -21,7 +22,7 @@ pub(super) fn available() -> Vec<(&'static str, Kernels)> {
     let mut out = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-        if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+        if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512bw") {
             out.push(("vnni", Kernels { blocks: vnni, super_blocks: super::q8k_simd::vnni }));
         }
         out.push(("avx2", Kernels { blocks: avx2, super_blocks: super::q8k_simd::avx2 }));
@@ -88,14 +89,16 @@ fn avx2(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums
 /// The AVX-512 VNNI kernel; only [`available`] hands it out.
 #[cfg(target_arch = "x86_64")]
 fn vnni(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums) {
-    // Safety: `available` checked AVX2, FMA, F16C, AVX512-VNNI and AVX512-VL; rows inside.
+    // Safety: `available` checked AVX2, FMA, F16C, AVX512-VNNI, -VL and -BW; rows inside.
     unsafe { pick(w, p, a, m0, rows, out, forms!(panel_vnni)) }
 }
 
 /// One panel kernel per instruction set, differing only in `$dot(acc, u, s)`: `acc` plus,
-/// per i32 lane, the four products of unsigned bytes `u` and signed bytes `s`.
+/// per i32 lane, the four products of unsigned bytes `u` and signed bytes `s`; and in
+/// `$fifth(v, high, e)`: the nibble codes `v` of values `e .. e + 4` of each lane with the
+/// fifth bits of the lane's 32-bit mask in `high` set on bit 4.
 macro_rules! panel_kernel {
-    ($name:ident, $features:literal, $dot:expr) => {
+    ($name:ident, $features:literal, $dot:expr, $fifth:ident) => {
         /// Panel `p` × activation rows `m0 .. m0 + R`; `NIBBLES`: 4-bit codes (`Q4_0`, `Q4_1`,
         /// and with `FIFTH` the fifth bits of `Q5_0`, `Q5_1`), else `Q8_0`'s signed bytes;
         /// `MIN`: `Q4_1`/`Q5_1`'s minimums follow the scales.
@@ -117,9 +120,6 @@ macro_rules! panel_kernel {
             let codes_at = if FIFTH { high_at + 32 } else { high_at };
             let offset = if FIFTH { 16 } else { 8 };
             let mask = _mm256_set1_epi8(0x0F);
-            // For the fifth bits: a lane's 4-bit field `f` times 0x02040810 is `f` shifted by 4,
-            // 11, 18 and 25 (no carries), so bit `b` of `f` lands on bit 4 of byte `b`.
-            let (field, spread, bit4) = (_mm256_set1_epi32(0xF), _mm256_set1_epi32(0x0204_0810), _mm256_set1_epi8(0x10));
             let mut acc = [_mm256_setzero_ps(); R];
             let panel = w.data().as_ptr().add(p * blocks * len);
             for b in 0..blocks {
@@ -131,18 +131,12 @@ macro_rules! panel_kernel {
                 let mut sum = [[_mm256_setzero_si256(); 2]; R];
                 if NIBBLES {
                     let high = if FIFTH { _mm256_loadu_si256(blk.add(high_at).cast()) } else { _mm256_setzero_si256() };
-                    // The fifth bits of values `e .. e + 4` (`e` a multiple of 4) as 0x10 in the
-                    // bytes of each lane.
-                    let fifth = |e: usize| {
-                        let f = _mm256_and_si256(_mm256_srl_epi32(high, _mm_cvtsi32_si128(e as i32)), field);
-                        _mm256_and_si256(_mm256_mullo_epi32(f, spread), bit4)
-                    };
                     for i in 0..4 {
                         let v = _mm256_loadu_si256(codes.add(32 * i).cast());
                         let (mut lo, mut hi) = (_mm256_and_si256(v, mask), _mm256_and_si256(_mm256_srli_epi16(v, 4), mask));
                         if FIFTH {
-                            lo = _mm256_or_si256(lo, fifth(4 * i));
-                            hi = _mm256_or_si256(hi, fifth(16 + 4 * i));
+                            lo = $fifth(lo, high, 4 * i);
+                            hi = $fifth(hi, high, 16 + 4 * i);
                         }
                         for r in 0..R {
                             sum[r][0] = $dot(sum[r][0], lo, four(r, 4 * i));
@@ -179,5 +173,32 @@ macro_rules! panel_kernel {
     };
 }
 
-panel_kernel!(panel_avx2, "avx2,fma,f16c", |acc, u, s| _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))));
-panel_kernel!(panel_vnni, "avx2,fma,f16c,avx512vnni,avx512vl", |acc, u, s| _mm256_dpbusd_epi32(acc, u, s));
+panel_kernel!(
+    panel_avx2,
+    "avx2,fma,f16c",
+    |acc, u, s| _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))),
+    fifth_avx2
+);
+panel_kernel!(panel_vnni, "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw", |acc, u, s| _mm256_dpbusd_epi32(acc, u, s), fifth_bw);
+
+/// `$fifth` of the AVX2 kernel: the lane's 4-bit field of bits `e ..` times 0x02040810 is the
+/// field shifted by 4, 11, 18 and 25 (no carries), so its bit `b` lands on bit 4 of byte `b`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn fifth_avx2(v: __m256i, high: __m256i, e: usize) -> __m256i {
+    let field = _mm256_and_si256(_mm256_srl_epi32(high, _mm_cvtsi32_si128(e as i32)), _mm256_set1_epi32(0xF));
+    _mm256_or_si256(v, _mm256_and_si256(_mm256_mullo_epi32(field, _mm256_set1_epi32(0x0204_0810)), _mm256_set1_epi8(0x10)))
+}
+
+/// `$fifth` with AVX-512BW: every byte of a lane picks the lane's byte holding bit `e`, byte
+/// `b` is tested against bit `e + b`, and the set ones get 0x10 added (their bit 4 is clear).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512bw,avx512vl")]
+#[inline]
+unsafe fn fifth_bw(v: __m256i, high: __m256i, e: usize) -> __m256i {
+    let first = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    let bytes = _mm256_shuffle_epi8(high, _mm256_add_epi8(first, _mm256_set1_epi8((e / 8) as i8)));
+    let set = _mm256_test_epi8_mask(bytes, _mm256_set1_epi32((0x0804_0201u32 << (e % 8)) as i32));
+    _mm256_mask_add_epi8(v, set, v, _mm256_set1_epi8(0x10))
+}
