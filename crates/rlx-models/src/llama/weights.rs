@@ -203,9 +203,10 @@ pub(super) fn random_dense(shape: &[usize], seed: u64, scale: f32, transpose: bo
     Ok(t)
 }
 
-/// Random ggml blocks of `ty` (Q4_0, Q4_1 or Q8_0) for an `[n, k]` matrix as the `[n,
-/// row_bytes]` U8 tensor a graph parameter holds: random codes, f16 scales of about
-/// `scale`/8 (so weights of about `scale`), Q4_1 minimums near `−scale`.
+/// Random ggml blocks of `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K) for an
+/// `[n, k]` matrix as the `[n, row_bytes]` U8 tensor a graph parameter holds: random codes
+/// (and K-quant sub-block scales), f16 scales that make weights of about `scale`, Q4_1/Q5_1
+/// minimums near `−scale`, K-quant minimums that centre the codes.
 pub(super) fn random_blocks(shape: &[usize], seed: u64, scale: f32, ty: GgufType) -> Result<Tensor> {
     let &[n, k] = shape else { return Err(ModelError::Unsupported(format!("random {ty:?} blocks of shape {shape:?}: a matrix is needed"))) };
     let row = ty.row_bytes(k).map_err(ModelError::Unsupported)?;
