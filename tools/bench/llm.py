@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M-Instruct Q4_1: rlx against llama.cpp (llama-cpp-python) in one run.
+"""SmolLM2-135M-Instruct GGUF files: rlx against llama.cpp (llama-cpp-python) in one run.
 
 Prefill of `--pp` tokens in one batch and greedy decode of `--tg` tokens after a 16-token
-prompt (llama-bench's pp/tg), tokens/s, at 1 and 2 threads. rlx (`cargo bench -p rlx-cli
---bench llm`) and llama.cpp alternate for `--rounds` rounds; medians and the ratio rlx /
-llama.cpp (above 1: rlx is faster) are printed.
+prompt (llama-bench's pp/tg), tokens/s, at 1 and 2 threads. For each `--model` (default: the
+Q4_1 file; give it several times, e.g. the Q4_1 file and a Q4_K_M one from
+tools/bench/smollm2_q4_k_m.py) rlx (`cargo bench -p rlx-cli --bench llm`) and llama.cpp
+alternate for `--rounds` rounds; medians and the ratio rlx / llama.cpp (above 1: rlx is
+faster) are printed, and with several models each one's rlx figures over the first's.
+`--peer none` measures rlx alone (where llama-cpp-python is not installed).
 
-Usage: python3 tools/bench/llm.py [--rounds 3] [--python /work/.anchors/venv/bin/python]
+Usage: python3 tools/bench/llm.py [--rounds 3] [--model FILE]... [--peer none]
+       [--python /work/.anchors/venv/bin/python]
 """
 
 import argparse
@@ -54,27 +58,44 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--model", action="append", help="a GGUF file (repeatable; default the SmolLM2 Q4_1 file)")
+    ap.add_argument("--peer", choices=["llama.cpp", "none"], default="llama.cpp")
     ap.add_argument("--python", default="/work/.anchors/venv/bin/python", help="a Python with llama-cpp-python")
     ap.add_argument("--profile", default="bench", help="cargo profile of the rlx side")
     a = ap.parse_args()
-    if not os.path.exists(MODEL):
-        sys.exit(f"{MODEL} is absent (set RLX_MODELS_DIR)")
+    models = a.model or [MODEL]
+    for m in models:
+        if not os.path.exists(m):
+            sys.exit(f"{m} is absent (set RLX_MODELS_DIR)")
     bench = ["cargo", "bench", "-q", "--profile", a.profile, "-p", "rlx-cli", "--bench", "llm"]
     subprocess.run(bench + ["--no-run"], cwd=ROOT, check=True)
+    peers = ["rlx"] + (["llama.cpp"] if a.peer == "llama.cpp" else [])
+    keys = ("pp_tok_s", "tg_tok_s")
     for threads in (1, 2):
         env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-        got = {"rlx": {"pp_tok_s": [], "tg_tok_s": []}, "llama.cpp": {"pp_tok_s": [], "tg_tok_s": []}}
+        got = {(m, w): {k: [] for k in keys} for m in models for w in peers}
         for _ in range(a.rounds):
-            args = [MODEL, str(a.pp), str(a.tg), str(a.reps)]
-            r = last_json(bench + ["--"] + args, env)
-            p = last_json([a.python, "-c", PEER, MODEL, str(threads), str(a.pp), str(a.tg), str(a.reps)], env)
-            for who, res in (("rlx", r), ("llama.cpp", p)):
-                for k in ("pp_tok_s", "tg_tok_s"):
-                    got[who][k].append(res[k])
-        med = {w: {k: statistics.median(v) for k, v in d.items()} for w, d in got.items()}
-        print(f"threads {threads}: prefill pp{a.pp} rlx {med['rlx']['pp_tok_s']:.1f} / llama.cpp {med['llama.cpp']['pp_tok_s']:.1f} tok/s"
-              f" (x{med['rlx']['pp_tok_s'] / med['llama.cpp']['pp_tok_s']:.2f}); decode tg{a.tg} rlx {med['rlx']['tg_tok_s']:.1f}"
-              f" / llama.cpp {med['llama.cpp']['tg_tok_s']:.1f} tok/s (x{med['rlx']['tg_tok_s'] / med['llama.cpp']['tg_tok_s']:.2f})")
+            for m in models:
+                runs = {"rlx": lambda: last_json(bench + ["--", m, str(a.pp), str(a.tg), str(a.reps)], env)}
+                runs["llama.cpp"] = lambda: last_json([a.python, "-c", PEER, m, str(threads), str(a.pp), str(a.tg), str(a.reps)], env)
+                for who in peers:
+                    res = runs[who]()
+                    for k in keys:
+                        got[(m, who)][k].append(res[k])
+        med = {mw: {k: statistics.median(v) for k, v in d.items()} for mw, d in got.items()}
+        first = med[(models[0], "rlx")]
+        for m in models:
+            r = med[(m, "rlx")]
+            line = f"threads {threads} {os.path.basename(m)}: prefill pp{a.pp} rlx {r['pp_tok_s']:.1f}"
+            if a.peer == "llama.cpp":
+                p = med[(m, "llama.cpp")]
+                line += f" / llama.cpp {p['pp_tok_s']:.1f} tok/s (x{r['pp_tok_s'] / p['pp_tok_s']:.2f})"
+            line += f"; decode tg{a.tg} rlx {r['tg_tok_s']:.1f}"
+            if a.peer == "llama.cpp":
+                line += f" / llama.cpp {p['tg_tok_s']:.1f} tok/s (x{r['tg_tok_s'] / p['tg_tok_s']:.2f})"
+            if m != models[0]:
+                line += f"; rlx vs {os.path.basename(models[0])}: prefill x{r['pp_tok_s'] / first['pp_tok_s']:.2f}, decode x{r['tg_tok_s'] / first['tg_tok_s']:.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

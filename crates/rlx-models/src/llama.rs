@@ -426,10 +426,14 @@ fn llama_cpp_rope_tables(base: f64, n_rot: usize, n: usize) -> (Vec<f32>, Vec<f3
 }
 
 /// The product llama.cpp's CPU backend computes for weights of type `t`: 8-bit activation
-/// blocks against the 32-value block types, exact float activations otherwise.
+/// blocks against the 32-value block types `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (in blocks
+/// of 256) the K-quants `Q4_K`, `Q5_K`, `Q6_K` — every type of a Q4_K_M or Q5_K_M file, whose
+/// rows of a length not a multiple of 256 fall back to `Q5_0`/`Q5_1`/`Q8_0`; exact float
+/// activations otherwise.
 fn llama_cpp_activations(t: GgufType) -> Activations {
     match t {
-        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0 => Activations::Q8Blocks,
+        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q5_0 | GgufType::Q5_1 | GgufType::Q8_0 => Activations::Q8Blocks,
+        GgufType::Q4_K | GgufType::Q5_K | GgufType::Q6_K => Activations::Q8Blocks,
         _ => Activations::Exact,
     }
 }

@@ -103,6 +103,23 @@ fn q4_1_blocks_batched_alone_and_single_sequence_agree() {
 }
 
 #[test]
+fn q5_0_blocks_batched_alone_and_single_sequence_agree() {
+    batched_equals_alone_equals_reference(&tiny(96), Some(GgufType::Q5_0), 37);
+}
+
+/// A tiny model whose matrices hold whole 256-blocks, the K-quants' super-blocks.
+fn tiny_k(vocab: usize) -> LlamaConfig {
+    LlamaConfig { d_model: 256, head_dim: 64, d_ff: 512, rope_dim: 64, ..tiny(vocab) }
+}
+
+#[test]
+fn k_quant_blocks_batched_alone_and_single_sequence_agree() {
+    for (t, seed) in [(GgufType::Q4_K, 43), (GgufType::Q5_K, 47), (GgufType::Q6_K, 53)] {
+        batched_equals_alone_equals_reference(&tiny_k(96), Some(t), seed);
+    }
+}
+
+#[test]
 fn sliding_window_layers_batched_alone_and_single_sequence_agree() {
     let mut c = tiny(97);
     c.variant.sliding = Some(SlidingWindow { window: 5, layers: vec![true, false], rope_base: Some(10_000.0) });

@@ -203,28 +203,45 @@ pub(super) fn random_dense(shape: &[usize], seed: u64, scale: f32, transpose: bo
     Ok(t)
 }
 
-/// Random ggml blocks of `ty` (Q4_0, Q4_1 or Q8_0) for an `[n, k]` matrix as the `[n,
-/// row_bytes]` U8 tensor a graph parameter holds: random codes, f16 scales of about
-/// `scale`/8 (so weights of about `scale`), Q4_1 minimums near `−scale`.
+/// Random ggml blocks of `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K) for an
+/// `[n, k]` matrix as the `[n, row_bytes]` U8 tensor a graph parameter holds: random codes
+/// (and K-quant sub-block scales), f16 scales that make weights of about `scale`, Q4_1/Q5_1
+/// minimums near `−scale`, K-quant minimums that centre the codes.
 pub fn random_blocks(shape: &[usize], seed: u64, scale: f32, ty: GgufType) -> Result<Tensor> {
     let &[n, k] = shape else { return Err(ModelError::Unsupported(format!("random {ty:?} blocks of shape {shape:?}: a matrix is needed"))) };
     let row = ty.row_bytes(k).map_err(ModelError::Unsupported)?;
     let bytes = ty.block_bytes();
-    let header = ty.plain_header().ok_or_else(|| ModelError::Unsupported(format!("random {ty:?} blocks: Q4_0, Q4_1 and Q8_0 are made")))?;
+    // Per type: where its f16 scale and (for the types with one) its minimum sit, and the scale
+    // over `scale` that keeps the values about that size; every other byte is random codes
+    // (and the K-quants' sub-block scales).
+    let (d_at, m_at, d_per_scale) = match ty {
+        GgufType::Q4_0 => (0, None, 1.0 / 8.0),
+        GgufType::Q8_0 => (0, None, 1.0 / 127.0),
+        GgufType::Q4_1 => (0, Some(2), 1.0 / 8.0),
+        GgufType::Q5_0 => (0, None, 1.0 / 16.0),
+        GgufType::Q5_1 => (0, Some(2), 1.0 / 16.0),
+        GgufType::Q4_K => (0, Some(2), 1.0 / 120.0),
+        GgufType::Q5_K => (0, Some(2), 1.0 / 240.0),
+        GgufType::Q6_K => (208, None, 1.0 / 1024.0),
+        t => return Err(ModelError::Unsupported(format!("random {t:?} blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K are made"))),
+    };
     let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
     let mut t = Tensor::zeros(DType::U8, &[n, row]);
     fill_parallel(t.bytes_mut(), bytes, &|b, out| {
-        let u = |j: u64| uniform(seed, (b as u64) * 64 + j);
-        let d = match ty {
-            GgufType::Q8_0 => scale / 127.0,
-            _ => scale / 8.0,
-        } * (0.75 + 0.25 * u(0).abs());
-        out[..2].copy_from_slice(&f16(d));
-        if ty == GgufType::Q4_1 {
-            out[2..4].copy_from_slice(&f16(-scale * (0.9 + 0.1 * u(1))));
-        }
-        for (j, q) in out[header..].iter_mut().enumerate() {
+        let u = |j: u64| uniform(seed, (b as u64) * 512 + j);
+        for (j, q) in out.iter_mut().enumerate() {
             *q = ((u(2 + j as u64) + 1.0) * 128.0) as u8;
+        }
+        let d = scale * d_per_scale * (0.75 + 0.25 * u(0).abs());
+        out[d_at..d_at + 2].copy_from_slice(&f16(d));
+        if let Some(at) = m_at {
+            // K-quants subtract `dmin·m` (codes' mean times d); Q4_1/Q5_1 add `m`.
+            let m = match ty {
+                GgufType::Q4_K => 7.5 * d,
+                GgufType::Q5_K => 15.5 * d,
+                _ => -scale * (0.9 + 0.1 * u(1)),
+            };
+            out[at..at + 2].copy_from_slice(&f16(m));
         }
     });
     Ok(t)

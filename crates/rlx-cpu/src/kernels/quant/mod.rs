@@ -5,7 +5,8 @@
 //! Activations are f32 or f64 (f16/bf16 are widened to f32); products accumulate in the
 //! activation's type and the F32 outputs are rounded once — except under
 //! `Activations::Q8Blocks`, where rows are rounded to 8-bit blocks and meet `Q4_0`/`Q4_1`/`Q8_0`
-//! weights in integer dot products as llama.cpp's do ([`q8`], [`q8_simd`]). Weights are decoded block by block
+//! weights, and `Q5_0`/`Q5_1` ([`q8`], [`q8_simd`]), or `Q4_K`/`Q5_K`/`Q6_K` weights ([`q8k`], [`q8k_simd`]) in
+//! integer dot products as llama.cpp's do. Weights are decoded block by block
 //! inside the product ([`rows`]) and never materialized whole, except by `DequantMoEWeights`,
 //! whose result is the dequantized stack. The decoders themselves — ggml blocks, minifloats —
 //! are the schemes' semantics and live in rlx-ir (`rlx_ir::ops::quant::{gguf, minifloat}`).
@@ -18,6 +19,8 @@ mod moe;
 mod panels;
 mod q8;
 mod q8_simd;
+mod q8k;
+mod q8k_simd;
 mod rows;
 mod scaled;
 mod simd;
@@ -39,7 +42,7 @@ use rows::Rows;
 ///
 /// F32 activations times `Q4_0`, `Q4_1` or `Q8_0` weights take the AVX2 kernels of [`simd`]
 /// where the CPU has them; `Activations::Q8Blocks` rounds `x` to 8-bit blocks first and
-/// takes the integer kernels of [`q8`] and [`q8_simd`] on the weight laid out in [`Panels`].
+/// takes the integer kernels of [`q8_simd`] and [`q8k_simd`] on the weight laid out in [`Panels`].
 pub fn dequant_matmul(a: &DequantMatMul, ins: &[In], out: &mut Out) -> Result<(), String> {
     let x = ins[0];
     let (&k, &n) = (x.dims.last().unwrap_or(&0), out.dims.last().unwrap_or(&0));
@@ -70,22 +73,25 @@ pub fn prepack(a: &DequantMatMul, w: In, n: usize) -> Option<Result<Panels, Stri
     if a.activations != Activations::Q8Blocks {
         return None;
     }
-    let t = a.scheme.gguf().filter(|t| q8::supports(*t))?;
+    let t = a.scheme.gguf().filter(|t| panels::supports(*t))?;
     let row = w.bytes.len() / n.max(1);
-    Some(Panels::new(t, w.bytes, n, row / q8::block_bytes(t) * q8::QK))
+    Some(Panels::new(t, w.bytes, n, row / t.block_bytes() * t.block_size()))
 }
 
 /// [`prepack`] in the memory of the weight `w` where whole panels fill it, else laid out
 /// anew; `Err(w)` when `a` takes no panels or its kernel would reject `w`.
 pub fn prepack_owned(a: &DequantMatMul, w: Tensor, n: usize) -> Result<Panels, Tensor> {
-    let Some(t) = a.scheme.gguf().filter(|t| a.activations == Activations::Q8Blocks && q8::supports(*t)) else { return Err(w) };
-    let k = w.bytes().len() / n.max(1) / q8::block_bytes(t) * q8::QK;
+    let Some(t) = a.scheme.gguf().filter(|t| a.activations == Activations::Q8Blocks && panels::supports(*t)) else { return Err(w) };
+    let k = w.bytes().len() / n.max(1) / t.block_bytes() * t.block_size();
     Panels::in_place(t, w, n, k).or_else(|w| Panels::new(t, w.bytes(), n, k).map_err(|_| w))
 }
 
 /// The GGUF type of a `Q8Blocks` product's weight.
 fn q8_weight(scheme: &QuantScheme) -> Result<rlx_ir::ops::quant::GgufType, String> {
-    scheme.gguf().filter(|t| q8::supports(*t)).ok_or_else(|| format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme, got {scheme:?}"))
+    scheme
+        .gguf()
+        .filter(|t| panels::supports(*t))
+        .ok_or_else(|| format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K scheme, got {scheme:?}"))
 }
 
 /// `out = x · wᵀ` under `Activations::Q8Blocks`.

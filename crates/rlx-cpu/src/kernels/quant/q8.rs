@@ -5,8 +5,6 @@
 //! times the activation block's sum). The weights are read in the panel layout of
 //! [`super::panels`], by the kernels there and in [`super::q8_simd`].
 
-use rlx_ir::ops::quant::GgufType;
-
 /// Values per block, of the weights and of the rounded activations.
 pub(super) const QK: usize = 32;
 /// Activation rows sharing each load of weight codes.
@@ -65,24 +63,11 @@ fn quantize_into(x: &[f32], rows: &mut Q8Rows) {
     }
 }
 
-/// Whether `t` has kernels here.
-pub(super) fn supports(t: GgufType) -> bool {
-    matches!(t, GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q8_0)
-}
-
-/// Bytes per weight block of `t`.
-pub(super) fn block_bytes(t: GgufType) -> usize {
-    match t {
-        GgufType::Q4_0 => 18,
-        GgufType::Q4_1 => 20,
-        _ => 34,
-    }
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
     use half::f16;
+    use rlx_ir::ops::quant::GgufType;
 
     /// A xorshift stream of u32s.
     pub(in super::super) fn stream(seed: u32) -> impl FnMut() -> u32 {
@@ -102,10 +87,14 @@ pub(super) mod tests {
         for _ in 0..count {
             let mut scale = || f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0).to_le_bytes();
             out.extend(scale());
-            if t == GgufType::Q4_1 {
+            if matches!(t, GgufType::Q4_1 | GgufType::Q5_1) {
                 out.extend(scale());
             }
-            let codes = if t == GgufType::Q8_0 { 32 } else { 16 };
+            let codes = match t {
+                GgufType::Q8_0 => 32,
+                GgufType::Q5_0 | GgufType::Q5_1 => 4 + 16,
+                _ => 16,
+            };
             out.extend((0..codes).map(|_| next() as u8));
         }
         out
@@ -130,7 +119,7 @@ pub(super) mod tests {
     /// The f64 reference: ggml's rounding of each activation block written out per value,
     /// the weight's own integer codes, and the block sums in f64.
     pub(in super::super) fn reference(t: GgufType, x: &[f32], w: &[u8], n: usize, k: usize) -> Vec<f64> {
-        let (bb, blocks, rows) = (block_bytes(t), k / QK, x.len() / k);
+        let (bb, blocks, rows) = (t.block_bytes(), k / QK, x.len() / k);
         let mut out = vec![0f64; rows * n];
         for m in 0..rows {
             for j in 0..n {
@@ -142,22 +131,52 @@ pub(super) mod tests {
                     let xq: Vec<f64> = xb.iter().map(|&v| f64::from((v * inv).round_ties_even())).collect();
                     let d = f64::from(f16::from_f32(amax / 127.0).to_f32());
                     let s = f64::from(f16::from_f32(amax / 127.0 * xq.iter().sum::<f64>() as f32).to_f32());
-                    let blk = &w[(j * blocks + b) * bb..(j * blocks + b + 1) * bb];
-                    let h = |o: usize| f64::from(f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32());
-                    let wq: Vec<f64> = (0..QK)
-                        .map(|e| match t {
-                            GgufType::Q8_0 => f64::from(blk[2 + e] as i8),
-                            GgufType::Q4_1 => f64::from((blk[4 + e % 16] >> (4 * (e / 16))) & 15),
-                            _ => f64::from((blk[2 + e % 16] >> (4 * (e / 16))) & 15) - 8.0,
-                        })
-                        .collect();
+                    let (wq, wd, wm) = decode(t, &w[(j * blocks + b) * bb..(j * blocks + b + 1) * bb]);
                     let dot: f64 = wq.iter().zip(&xq).map(|(a, b)| a * b).sum();
-                    acc += h(0) * d * dot + if t == GgufType::Q4_1 { h(2) * s } else { 0.0 };
+                    acc += wd * d * dot + wm * s;
                 }
                 out[m * n + j] = acc;
             }
         }
         out
+    }
+
+    /// A GGUF block of a 32-block type `t` as `(q, d, m)`, its values `d·q + m`: the codes
+    /// with their offset (`Q4_0` −8, `Q5_0` −16), the f16 scale and minimum (0 where there is
+    /// none), written from ggml's block tables.
+    pub(in super::super) fn decode(t: GgufType, blk: &[u8]) -> (Vec<f64>, f64, f64) {
+        let h = |o: usize| f64::from(f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32());
+        let nibble = |qs: usize, e: usize| f64::from((blk[qs + e % 16] >> (4 * (e / 16))) & 15);
+        let fifth = |qh: usize, e: usize| f64::from((blk[qh + e / 8] >> (e % 8)) & 1) * 16.0;
+        let q = (0..QK).map(|e| match t {
+            GgufType::Q8_0 => f64::from(blk[2 + e] as i8),
+            GgufType::Q4_0 => nibble(2, e) - 8.0,
+            GgufType::Q4_1 => nibble(4, e),
+            GgufType::Q5_0 => nibble(6, e) + fifth(2, e) - 16.0,
+            _ => nibble(8, e) + fifth(4, e),
+        });
+        let m = if matches!(t, GgufType::Q4_1 | GgufType::Q5_1) { h(2) } else { 0.0 };
+        (q.collect(), h(0), m)
+    }
+
+    /// Blocks decoded by gguf-py (`gguf.quants.dequantize`) against [`decode`]; made by
+    /// `tools/fixtures/kquant_blocks.py`.
+    #[test]
+    fn blocks_decode_as_gguf_py_does() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/ir/gguf_kquant_blocks.json");
+        let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for t in [GgufType::Q5_0, GgufType::Q5_1] {
+            let cases = fixture["types"][format!("{t:?}")].as_array().unwrap();
+            assert!(cases.len() >= 4, "{t:?}");
+            for (i, case) in cases.iter().enumerate() {
+                let bytes: Vec<u8> = case["bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
+                let (q, d, m) = decode(t, &bytes);
+                for (e, (want, q)) in case["values"].as_array().unwrap().iter().zip(q).enumerate() {
+                    let want = want.as_f64().unwrap();
+                    assert!((d * q + m - want).abs() <= 1e-6 * (1.0 + want.abs()), "{t:?} block {i} [{e}]: {} vs gguf-py {want}", d * q + m);
+                }
+            }
+        }
     }
 
     /// Checks `got` against the f64 `want`, relative to the size of the terms summed.

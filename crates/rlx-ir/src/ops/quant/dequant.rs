@@ -30,11 +30,19 @@ pub enum Activations {
     /// Float `x` times the exactly decoded weight, accumulated in floats (the op's semantics).
     #[default]
     Exact,
-    /// llama.cpp's CPU arithmetic, for GGUF `Q4_0`, `Q4_1` and `Q8_0` weights: each block of 32
-    /// values of a row of `x` is first rounded to 8 bits, `q = round_even(x·127/max|x|)` with
-    /// scale `d = max|x|/127` stored as f16 (and, against `Q4_1`, the block sum `f16(d·Σq)`);
-    /// each block pair then contributes `d_w·d·Σ q_w·q` (`Q4_0`'s codes offset by −8) plus
-    /// `Q4_1`'s `m·f16(d·Σq)`. Results then agree with llama.cpp's up to float summation order.
+    /// llama.cpp's CPU arithmetic, for GGUF `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` weights:
+    /// each block of 32 values of a row of `x` is first rounded to 8 bits,
+    /// `q = round_even(x·127/max|x|)` with scale `d = max|x|/127` stored as f16 (and, against
+    /// `Q4_1`/`Q5_1`, the block sum `f16(d·Σq)`); each block pair then contributes
+    /// `d_w·d·Σ q_w·q` (`Q4_0`'s codes offset by −8, `Q5_0`'s by −16) plus `Q4_1`/`Q5_1`'s
+    /// `m·f16(d·Σq)`.
+    ///
+    /// Against the K-quants `Q4_K`, `Q5_K` and `Q6_K` the row is rounded in blocks of 256 as
+    /// ggml's `Q8_K`: with `v` the block's value of largest magnitude (the first such),
+    /// `s = −127/v`, `q = round_even(s·x)` and the f32 scale `d = 1/s`; each super-block pair then
+    /// contributes `d·d_w·Σ_j sc_j·Σ q_w·q` over the weight's sub-blocks `j` (`Q6_K`'s codes
+    /// offset by −32), minus `d·dmin_w·Σ_j mn_j·Σ q` for `Q4_K`/`Q5_K`'s minimums. Results then
+    /// agree with llama.cpp's up to float summation order.
     Q8Blocks,
 }
 
@@ -45,10 +53,10 @@ impl Activations {
 
     /// An error unless `scheme` defines this arithmetic.
     fn check(self, scheme: &QuantScheme) -> Result<(), String> {
-        use GgufType::{Q4_0, Q4_1, Q8_0};
+        use GgufType::{Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
         match (self, scheme) {
-            (Activations::Exact, _) | (Activations::Q8Blocks, QuantScheme::Gguf(Q4_0 | Q4_1 | Q8_0)) => Ok(()),
-            _ => Err(format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme, got {scheme:?}")),
+            (Activations::Exact, _) | (Activations::Q8Blocks, QuantScheme::Gguf(Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K)) => Ok(()),
+            _ => Err(format!("activations Q8Blocks needs a Gguf Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K scheme, got {scheme:?}")),
         }
     }
 }
@@ -381,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn q8_block_activations_print_and_need_a_32_block_type() {
+    fn q8_block_activations_print_and_need_a_type_with_integer_products() {
         let mut g = Graph::new();
         let x = g.input("x", TensorType::of(DType::F32, &[2, 64]));
         let w = g.param("w", TensorType::of(DType::U8, &[3, 2 * 20]));
@@ -393,10 +401,12 @@ mod tests {
         assert!(text.contains("DequantMatMul(scheme:Gguf(Q4_1),out_dim:None)(%0, %1)"), "{text}");
         assert!(text.contains("DequantMatMul(scheme:Gguf(Q4_1),out_dim:None,activations:Q8Blocks)(%0, %1)"), "{text}");
         assert_eq!(crate::text::parse(&text).unwrap().to_string(), text);
-        let k = g.param("k", TensorType::of(DType::U8, &[3, 144]));
         let x = g.input("x256", TensorType::of(DType::F32, &[2, 256]));
-        let e = g.dequant_matmul(q8(GgufType::Q4_K), x, &[k]).unwrap_err().to_string();
-        assert!(e.contains("Q8Blocks needs a Gguf Q4_0, Q4_1 or Q8_0 scheme"), "{e}");
+        let k = g.param("k", TensorType::of(DType::U8, &[3, 144]));
+        assert!(g.dequant_matmul(q8(GgufType::Q4_K), x, &[k]).is_ok());
+        let q2 = g.param("q2", TensorType::of(DType::U8, &[3, 84]));
+        let e = g.dequant_matmul(q8(GgufType::Q2_K), x, &[q2]).unwrap_err().to_string();
+        assert!(e.contains("Q8Blocks needs a Gguf Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K scheme"), "{e}");
     }
 
     #[test]
