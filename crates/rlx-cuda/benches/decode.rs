@@ -2,8 +2,8 @@
 //! random-weight Llama-3.2-1B-shaped model in bf16 and a SmolLM2-135M-shaped one of random
 //! Q4_1 blocks (GGUF's shapes and block types), KV caches of 512 positions. Each prefills a
 //! 16-token prompt, then decodes: the median step of the generation loop (inputs uploaded,
-//! the step's CUDA graph replayed, the logits downloaded and the next token picked on the
-//! host), and steps submitted back to back on device values. Prints the peak device memory
+//! the step's CUDA graph replayed, the greedy token picked on the device and downloaded),
+//! and steps submitted back to back on device values. Prints the peak device memory
 //! beside weights + KV caches + planned arenas, and where the steps' time goes (per op kind,
 //! launched one by one). tools/gpu/bench.sh runs it beside tools/gpu/decode.py (PyTorch).
 
@@ -11,7 +11,7 @@ use rlx_cpu::CpuBackend;
 use rlx_cuda::CudaBackend;
 use rlx_ir::ops::quant::GgufType;
 use rlx_ir::DType;
-use rlx_models::llama::{argmax, Generator, Llama, LlamaConfig, Weights, OUT_ROWS, POS, TOKENS};
+use rlx_models::llama::{Generator, Llama, LlamaConfig, Weights, OUT_ROWS, POS, TOKENS};
 use rlx_opt::partition::Place;
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
@@ -41,12 +41,12 @@ fn bench(backend: &Arc<CudaBackend>, name: &str, config: &LlamaConfig, blocks: O
     let before = backend.usage().in_use();
     let mut gen = Generator::new(model, &session)?;
     let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7919 + 13) % config.vocab as u32).collect();
-    let mut logits = gen.feed(&prompt)?;
+    let mut next = gen.feed_greedy(&prompt)?;
     let host = gen.compiled().partition().map_or(0, |p| p.segments.iter().filter(|s| s.place == Place::Host).count());
     let mut times = Vec::with_capacity(steps);
     for i in 0..steps + 8 {
         let t = Instant::now();
-        logits = gen.feed(&[argmax(&logits)])?;
+        next = gen.feed_greedy(&[next])?;
         if i >= 8 {
             times.push(t.elapsed());
         }
@@ -54,7 +54,7 @@ fn bench(backend: &Arc<CudaBackend>, name: &str, config: &LlamaConfig, blocks: O
     let step = median(times);
     let pos = gen.position();
     let compiled = gen.compiled();
-    let token = compiled.upload(&Tensor::from_vec(vec![argmax(&logits) as i64], &[1])?)?;
+    let token = compiled.upload(&Tensor::from_vec(vec![i64::from(next)], &[1])?)?;
     let rows = compiled.upload(&Tensor::from_vec(vec![0i64], &[1])?)?;
     let positions = (0..steps).map(|i| compiled.upload(&Tensor::from_vec(vec![(pos + i) as i64], &[1])?)).collect::<Result<Vec<_>, _>>()?;
     compiled.sync()?;
@@ -68,7 +68,7 @@ fn bench(backend: &Arc<CudaBackend>, name: &str, config: &LlamaConfig, blocks: O
     let (arena_decode, arena_prefill) = (gen.arena_bytes(1)?, gen.arena_bytes(PROMPT)?);
     let planned = weight_bytes + caches + arena_decode + arena_prefill;
     println!(
-        "decode {name}: {:.1} tok/s (median step {:.3} ms: inputs up, graph replayed, logits down, host argmax); {:.1} tok/s submitted back to back; host segments {host}",
+        "decode {name}: {:.1} tok/s (median step {:.3} ms: inputs up, graph replayed, the greedy token down); {:.1} tok/s submitted back to back; host segments {host}",
         1.0 / step.as_secs_f64(),
         step.as_secs_f64() * 1e3,
         steps as f64 / submitted.as_secs_f64(),
@@ -88,7 +88,7 @@ fn bench(backend: &Arc<CudaBackend>, name: &str, config: &LlamaConfig, blocks: O
     );
     gen.compiled().set_profiling(true);
     for _ in 0..4 {
-        logits = gen.feed(&[argmax(&logits)])?;
+        next = gen.feed_greedy(&[next])?;
     }
     println!("profile {name} (per step, nodes launched one by one and waited on):\n{}", gen.compiled().profile());
     Ok(())

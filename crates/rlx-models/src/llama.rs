@@ -55,6 +55,11 @@ pub const TOKENS: &str = "tokens";
 pub const POS: &str = "pos";
 /// `[R]` I64: the rows of the sequence whose logits are computed (the last one when decoding).
 pub const OUT_ROWS: &str = "out_rows";
+/// The decoder graphs' outputs: `[R, vocab]` F32 logits of the `out_rows`, then `[R]` I64
+/// greedy tokens (each row's first largest logit), so that greedy decoding reads back one id
+/// a step rather than the whole vocabulary's logits.
+pub const LOGITS: usize = 0;
+pub const GREEDY: usize = 1;
 
 /// The additive mask value of a hidden cache slot.
 const HIDDEN: f32 = -1e9;
@@ -511,7 +516,8 @@ impl Builder<'_> {
             None => logits,
         };
         let logits = self.cast(logits, DType::F32)?;
-        self.g.set_outputs(vec![logits])?;
+        let next = self.g.arg_max(logits, 1, false)?;
+        self.g.set_outputs(vec![logits, next])?;
         Ok(logits)
     }
 
@@ -734,6 +740,23 @@ mod tests {
             g = got.feed(&[next]).unwrap();
         }
         assert!(w.iter().any(|v| v.abs() > 0.1), "the logits are not all near zero");
+    }
+
+    #[test]
+    fn the_graphs_greedy_token_is_the_hosts_argmax_of_its_logits() {
+        let config = LlamaConfig { vocab: 97, d_model: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, d_ff: 128, rope_dim: 16, ..LlamaConfig::llama_3_2_1b() };
+        let w = Weights::random(&config, 11, None);
+        let session = Session::new(std::sync::Arc::new(CpuBackend::new()));
+        let mut by_logits = Generator::new(Llama::build(&config, &w, 16).unwrap(), &session).unwrap();
+        let mut greedy = Generator::new(Llama::build(&config, &w, 16).unwrap(), &session).unwrap();
+        let mut next = greedy.feed_greedy(&[3, 50, 7]).unwrap();
+        let mut logits = by_logits.feed(&[3, 50, 7]).unwrap();
+        for step in 0..5 {
+            assert_eq!(next, generate::argmax(&logits), "step {step}");
+            next = greedy.feed_greedy(&[next]).unwrap();
+            logits = by_logits.feed(&[generate::argmax(&logits)]).unwrap();
+        }
+        assert_eq!(greedy.position(), by_logits.position());
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Token generation: prefill the prompt in one run (in chunks where sliding layers keep ring
-//! caches), then decode one token per run against the KV cache, sampling on the host.
+//! caches), then decode one token per run against the KV cache. Greedy decoding reads back
+//! the graph's own argmax ([`GREEDY`]), one id a step; other sampling reads the logits.
 //!
 //! Sampling runs on the host, not as the IR's `Sample` op: that op's seed is an attribute, so
 //! every decode step of one compiled graph would draw the same uniform number; one host RNG
 //! stream across the steps needs no recompilation and reads only the `[vocab]` logits row.
 
-use super::Llama;
+use super::{Llama, GREEDY, LOGITS};
 use crate::error::{ModelError, Result};
-use rlx_runtime::{CompiledGraph, Session};
+use rlx_runtime::{CompiledGraph, DeviceTensor, Session, Tensor};
 /// The seeded SplitMix64 stream sampling draws from (the one parameter initialisers use).
 pub use rlx_train::init::Rng;
 use std::time::{Duration, Instant};
@@ -89,18 +90,35 @@ impl Generator {
     /// Runs `tokens` after the cached ones and returns the logits of the last, `[vocab]`: in one
     /// step, or in steps of [`Llama::step_limit`] tokens where the sliding layers have ring caches.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.feed_for(tokens, LOGITS)?.to_vec::<f32>()?)
+    }
+
+    /// Runs `tokens` after the cached ones and returns the greedy next token (the last one's
+    /// first largest logit, as [`argmax`] picks it), computed where the graph runs: from a GPU
+    /// only that id comes back, not the vocabulary's logits.
+    pub fn feed_greedy(&mut self, tokens: &[u32]) -> Result<u32> {
+        let id = self.feed_for(tokens, GREEDY)?.to_vec::<i64>()?;
+        let id = id.first().copied().ok_or_else(|| ModelError::Generate("the graph returned no token".into()))?;
+        u32::try_from(id).map_err(|_| ModelError::Generate(format!("the graph picked token {id}")))
+    }
+
+    /// Runs `tokens` in as many steps as [`Llama::step_limit`] asks and reads back output
+    /// `which` of the last step alone (the steps' inputs uploaded, their outputs left where
+    /// they were computed).
+    fn feed_for(&mut self, tokens: &[u32], which: usize) -> Result<Tensor> {
         let mut rest = tokens;
         loop {
             // At least one token, so that a full cache or an empty `tokens` is step_inputs' error.
             let (step, next) = rest.split_at(rest.len().min(self.model.step_limit(self.pos).max(1)));
             let inputs = self.model.step_inputs(step, self.pos, 1)?;
-            let named: Vec<(&str, &rlx_runtime::Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
-            let out = self.compiled.run(&named)?;
+            let uploaded = inputs.iter().map(|(n, t)| Ok((*n, self.compiled.upload(t)?))).collect::<Result<Vec<_>>>()?;
+            let named: Vec<(&str, &DeviceTensor)> = uploaded.iter().map(|(n, t)| (*n, t)).collect();
+            let out = self.compiled.submit(&named)?;
             self.pos += step.len();
             rest = next;
             if rest.is_empty() {
-                let logits = out.into_iter().next().ok_or_else(|| ModelError::Generate("the graph returned no logits".into()))?;
-                return Ok(logits.to_vec::<f32>()?);
+                let value = out.get(which).ok_or_else(|| ModelError::Generate(format!("the graph returned no output {which}")))?;
+                return Ok(self.compiled.download(value)?);
             }
         }
     }
@@ -118,18 +136,25 @@ impl Generator {
         let mut rng = Rng::new(sampling.seed);
         let mut times = StepTimes { prefill_tokens: prompt.len(), ..StepTimes::default() };
         let start = Instant::now();
-        let mut logits = self.feed(prompt)?;
+        let greedy = sampling.temperature <= 0.0 || sampling.top_k == 1;
+        let mut pick = |g: &mut Generator, tokens: &[u32]| -> Result<u32> {
+            if greedy {
+                g.feed_greedy(tokens)
+            } else {
+                Ok(sample(&g.feed(tokens)?, &sampling, &mut rng))
+            }
+        };
+        let mut tok = pick(self, prompt)?;
         times.prefill = start.elapsed();
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
-            let tok = sample(&logits, &sampling, &mut rng);
             out.push(tok);
             on_token(tok);
             if stop.contains(&tok) || i + 1 == n {
                 break;
             }
             let start = Instant::now();
-            logits = self.feed(&[tok])?;
+            tok = pick(self, &[tok])?;
             times.decode.push(start.elapsed());
         }
         Ok((out, times))
