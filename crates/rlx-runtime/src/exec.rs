@@ -18,9 +18,10 @@
 //! again after a parameter changes. A constant or hoisted value that another plan computes the
 //! same way (the same nodes, with the same attributes and types, down to the parameters and
 //! literals) shares that plan's buffer, so the plans of a decoder's prefill and decode steps,
-//! or of a model's batch sizes, hold each such value once. Graph state ([`Step::state`], [`Step::write_back`]) is
-//! updated in the parameter's own buffer, so it persists across runs; `run_updating` makes
-//! outputs the new values of parameters with a copy in the backend's memory.
+//! or of a model's batch sizes, hold each such value once. Graph state ([`Step::state`],
+//! [`Step::write_back`]) is updated in the parameter's own buffer, so it persists across runs;
+//! `run_updating` makes outputs the new values of parameters with a copy in the backend's
+//! memory.
 
 use crate::compiled::Bindings;
 use crate::device_tensor::{DeviceTensor, Memory};
@@ -303,7 +304,13 @@ impl<E: Engine> Ran<'_, E> {
 impl<E: Engine> Plan<E> {
     /// The plan of `g` for these input dims and symbol sizes; a constant that one of the
     /// `others` holds computed the same way takes its buffer.
-    fn new<'o>(engine: &E, g: &Graph, dims: &[Vec<usize>], bindings: &Bindings, others: impl Iterator<Item = &'o Plan<E>> + Clone) -> Result<Plan<E>> {
+    fn new<'o>(
+        engine: &E,
+        g: &Graph,
+        dims: &[Vec<usize>],
+        bindings: &Bindings,
+        others: impl Iterator<Item = &'o Plan<E>> + Clone,
+    ) -> Result<Plan<E>> {
         let inputs = g.inputs();
         let types: Vec<_> = inputs.iter().zip(dims).map(|((_, v), d)| rlx_ir::TensorType::of(g.ty(*v).dtype, d)).collect();
         let graph = specialize(g, &types, bindings)?;
