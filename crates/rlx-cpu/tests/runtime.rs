@@ -151,3 +151,30 @@ fn work_on_parameters_alone_follows_set_param() {
     let ran: Vec<String> = c.profile().nodes.into_iter().map(|n| n.op).collect();
     assert!(!ran.iter().any(|op| op == "Transpose"), "the transpose ran again: {ran:?}");
 }
+
+/// Plans of two input sizes share the hoisted `wᵀ` (computed the same way in both) but not a
+/// hoisted value sized by the input (`[S]` ones summed up): each plan reads the right values,
+/// before and after `set_param` reruns the hoisted steps into the shared buffer.
+#[test]
+fn plans_share_hoisted_values_computed_the_same_way_and_only_those() {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("S"), Dim::Static(2)])));
+    let w = g.param("w", TensorType::of(DType::F32, &[2, 2]));
+    let wt = g.transpose(w, &[1, 0]).unwrap();
+    let y = g.matmul(x, wt).unwrap();
+    let one = g.constant_f32(&[1], &[1.0]).unwrap();
+    let ones = g.expand_to(one, &Shape(vec![Dim::sym("S")])).unwrap();
+    let counts = g.cumsum(ones, 0, false).unwrap();
+    g.set_outputs(vec![y, counts]).unwrap();
+    let mut c = session().compile(&g).unwrap();
+    for (round, w) in [[1.0f32, 2.0, 3.0, 4.0], [-1.0, 0.5, 2.0, -3.0]].into_iter().enumerate() {
+        c.set_param("w", Tensor::from_vec(w.to_vec(), &[2, 2]).unwrap()).unwrap();
+        for s in [3usize, 5, 3] {
+            let xs: Vec<f32> = (0..s * 2).map(|i| i as f32 - 1.5).collect();
+            let out = c.run(&[("x", &Tensor::from_vec(xs.clone(), &[s, 2]).unwrap())]).unwrap();
+            let want: Vec<f32> = (0..s * 2).map(|e| xs[e / 2 * 2] * w[e % 2 * 2] + xs[e / 2 * 2 + 1] * w[e % 2 * 2 + 1]).collect();
+            assert_eq!(out[0].to_vec::<f32>().unwrap(), want, "round {round}, S = {s}: x · wᵀ");
+            assert_eq!(out[1].to_vec::<f32>().unwrap(), (1..=s).map(|i| i as f32).collect::<Vec<_>>(), "round {round}, S = {s}: counts");
+        }
+    }
+}

@@ -15,9 +15,13 @@
 //! as given get it back from the prepared form.
 //!
 //! Hoisted steps (nodes of parameters and constants alone) run before a plan's first run and
-//! again after a parameter changes. Graph state ([`Step::state`], [`Step::write_back`]) is
-//! updated in the parameter's own buffer, so it persists across runs; `run_updating` makes
-//! outputs the new values of parameters with a copy in the backend's memory.
+//! again after a parameter changes. A constant or hoisted value that another plan computes the
+//! same way (the same nodes, with the same attributes and types, down to the parameters and
+//! literals) shares that plan's buffer, so the plans of a decoder's prefill and decode steps,
+//! or of a model's batch sizes, hold each such value once. Graph state ([`Step::state`],
+//! [`Step::write_back`]) is updated in the parameter's own buffer, so it persists across runs;
+//! `run_updating` makes outputs the new values of parameters with a copy in the backend's
+//! memory.
 
 use crate::compiled::Bindings;
 use crate::device_tensor::{DeviceTensor, Memory};
@@ -124,7 +128,8 @@ impl<B> Feed<'_, B> {
 struct Plan<E: Engine> {
     graph: Graph,
     schedule: Schedule,
-    consts: Vec<E::Buffer>,
+    /// Per constant, its buffer, shared with the other plans that hold the same value.
+    consts: Vec<Arc<E::Buffer>>,
     /// Per constant, its prepared form once a step has needed it.
     prepared_consts: Vec<Option<E::Prepared>>,
     arena: E::Buffer,
@@ -183,7 +188,7 @@ impl<E: Engine> Executor<E> {
     fn plan_for(&mut self, dims: &[Vec<usize>], bindings: &Bindings) -> Result<&mut Plan<E>> {
         let key = self.key(dims, bindings);
         if !self.plans.contains_key(&key) {
-            let plan = Plan::new(&*self.engine, &self.graph, dims, bindings)?;
+            let plan = Plan::new(&*self.engine, &self.graph, dims, bindings, self.plans.values())?;
             self.plans.insert(key.clone(), plan);
         }
         Ok(self.plans.get_mut(&key).expect("plan was just inserted"))
@@ -297,7 +302,15 @@ impl<E: Engine> Ran<'_, E> {
 }
 
 impl<E: Engine> Plan<E> {
-    fn new(engine: &E, g: &Graph, dims: &[Vec<usize>], bindings: &Bindings) -> Result<Plan<E>> {
+    /// The plan of `g` for these input dims and symbol sizes; a constant that one of the
+    /// `others` holds computed the same way takes its buffer.
+    fn new<'o>(
+        engine: &E,
+        g: &Graph,
+        dims: &[Vec<usize>],
+        bindings: &Bindings,
+        others: impl Iterator<Item = &'o Plan<E>> + Clone,
+    ) -> Result<Plan<E>> {
         let inputs = g.inputs();
         let types: Vec<_> = inputs.iter().zip(dims).map(|((_, v), d)| rlx_ir::TensorType::of(g.ty(*v).dtype, d)).collect();
         let graph = specialize(g, &types, bindings)?;
@@ -307,16 +320,40 @@ impl<E: Engine> Plan<E> {
             .consts
             .iter()
             .map(|&v| {
+                if let Some(buf) = others.clone().find_map(|o| o.same_const(&graph, v)) {
+                    return Ok(buf);
+                }
                 let buf = engine.alloc(schedule.value(v).bytes())?;
                 if let Op::Constant(c) = &graph.node(v.node).op {
                     engine.upload(&buf, 0, &c.data)?;
                 }
-                Ok(buf)
+                Ok(Arc::new(buf))
             })
             .collect::<Result<Vec<_>>>()?;
         let arena = engine.alloc(schedule.arena)?;
         let prepared_consts = (0..consts.len()).map(|_| None).collect();
         Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, recording: None, times: Vec::new() })
+    }
+
+    /// This plan's buffer of the constant `v` of `graph` (another specialization of the same
+    /// graph, so node ids agree), when it holds `v` as a constant computed the same way: `v`'s
+    /// node and every node it is computed from are equal in the two graphs. A hoisted value
+    /// that depends on a symbol's size (an `Expand` to `[S]`) differs in attributes or types.
+    fn same_const(&self, graph: &Graph, v: ValueId) -> Option<Arc<E::Buffer>> {
+        let Slot::Const(c) = self.schedule.value(v).slot else { return None };
+        let mut seen = vec![false; graph.len()];
+        let mut todo = vec![v.node];
+        while let Some(n) = todo.pop() {
+            if std::mem::replace(&mut seen[n.index()], true) {
+                continue;
+            }
+            let node = graph.node(n);
+            if self.graph.node(n) != node {
+                return None;
+            }
+            todo.extend(node.inputs.iter().map(|i| i.node));
+        }
+        Some(self.consts[c].clone())
     }
 
     /// The operand view of a value.
@@ -327,7 +364,7 @@ impl<E: Engine> Plan<E> {
                 Some(h) => (&h.buf, 0, h.bytes()),
                 None => (empty, 0, 0),
             },
-            Slot::Const(c) => (&self.consts[c], 0, value.bytes()),
+            Slot::Const(c) => (self.consts[c].as_ref(), 0, value.bytes()),
         };
         Arg { dtype: value.dtype, dims: &value.dims, buf, offset, len }
     }
@@ -390,7 +427,7 @@ impl<E: Engine> Plan<E> {
                 }
                 Slot::Param(p) if !self.schedule.unprepared_params.contains(&p) && params[p].take().is_some() => *layout += 1,
                 Slot::Const(c) if self.prepared_consts[c].is_none() => {
-                    let arg = Arg { dtype: value.dtype, dims: &value.dims, buf: &self.consts[c], offset: 0, len: value.bytes() };
+                    let arg = Arg { dtype: value.dtype, dims: &value.dims, buf: self.consts[c].as_ref(), offset: 0, len: value.bytes() };
                     self.prepared_consts[c] = engine.prepare(&self.graph.node(step.node).op, arg, out_dims)?;
                     self.recording = None;
                 }
