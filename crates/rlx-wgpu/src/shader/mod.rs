@@ -194,6 +194,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let g = (wg.y * nwg.x + wg.x) * 256u + li;
 ";
 
+/// The rest of a one-dimensional kernel after [`ENTRY`] that writes its output a word per
+/// invocation (`per` elements of `p[K]`, 1 for 4-byte elements): `element` (WGSL statements
+/// over element `e`, the `k`-th of the word) ORs each element's bits into `word`.
+fn words(per: usize, element: &str) -> String {
+    format!(
+        "    let n = p[K];
+    if (g * {per}u >= n) {{ return; }}
+    var word = 0u;
+    for (var k = 0u; k < {per}u; k++) {{
+        let e = g * {per}u + k;
+        if (e >= n) {{ break; }}
+{element}    }}
+    b0[p[0] / {per}u + g] = word;
+}}
+"
+    )
+}
+
 /// One output word per invocation (one element for 4-byte outputs) from up to three
 /// operands read through the walk (`p[K + 34]` bit `o` set: operand `o` is read at the output's
 /// own index); the operands load as `a`, `b`, `c` in their compute types and `expr` gives the
@@ -210,26 +228,8 @@ fn map(name: &'static str, out: DType, ins: &[DType], defs: &str, expr: &str) ->
         let v = ["a", "b", "c"][i];
         let _ = writeln!(body, "        let {v} = ld{j}(select(walk(e, {i}u), e, ((p[K + 34u] >> {i}u) & 1u) == 1u));", j = i + 1);
     }
-    let per = o.per_word();
     code += ENTRY;
-    let _ = write!(
-        code,
-        "    let n = p[K];
-    if (g * {per}u >= n) {{ return; }}
-    var word = 0u;
-    for (var k = 0u; k < {per}u; k++) {{
-        let e = g * {per}u + k;
-        if (e >= n) {{ break; }}
-{body}        let v: {c} = {expr};
-        word |= {bits} << (k * {sh}u);
-    }}
-    b0[p[0] / {per}u + g] = word;
-}}
-",
-        c = o.compute,
-        bits = bits(o, "v"),
-        sh = 8 * o.size,
-    );
+    code += &words(o.per_word(), &format!("{body}        let v: {c} = {expr};\n        word |= {bits} << (k * {sh}u);\n", c = o.compute, bits = bits(o, "v"), sh = 8 * o.size));
     Some(Kernel { name, code, operands: ins.len() + 1, report: false })
 }
 
@@ -367,24 +367,7 @@ pub fn copy(size: usize) -> Option<Kernel> {
             }
             code += "}\n";
         }
-        1 | 2 => {
-            let per = 4 / size;
-            let _ = write!(
-                code,
-                "    if (g * {per}u >= p[K]) {{ return; }}
-    var word = 0u;
-    for (var k = 0u; k < {per}u; k++) {{
-        let e = g * {per}u + k;
-        if (e >= p[K]) {{ break; }}
-        word |= {src} << (k * {sh}u);
-    }}
-    b0[p[0] / {per}u + g] = word;
-}}
-",
-                src = fetch(size, "p[K + 35u] + walk(e, 0u)"),
-                sh = 8 * size
-            );
-        }
+        1 | 2 => code += &words(4 / size, &format!("        word |= {} << (k * {}u);\n", fetch(size, "p[K + 35u] + walk(e, 0u)"), 8 * size)),
         _ => return None,
     }
     Some(Kernel { name: "copy", code, operands: 2, report: false })
@@ -431,23 +414,8 @@ pub fn gather(size: usize, index: DType) -> Option<Kernel> {
             code += "}\n";
         }
         1 | 2 => {
-            let per = 4 / size;
-            let _ = write!(
-                code,
-                "    if (g * {per}u >= p[K]) {{ return; }}
-    var word = 0u;
-    for (var k = 0u; k < {per}u; k++) {{
-        let e = g * {per}u + k;
-        if (e >= p[K]) {{ break; }}
-        let s = source(e);
-        if (s != 0xffffffffu) {{ word |= {src} << (k * {sh}u); }}
-    }}
-    b0[p[0] / {per}u + g] = word;
-}}
-",
-                src = fetch(size, "s"),
-                sh = 8 * size
-            );
+            let element = format!("        let s = source(e);\n        if (s != 0xffffffffu) {{ word |= {} << (k * {}u); }}\n", fetch(size, "s"), 8 * size);
+            code += &words(4 / size, &element);
         }
         _ => return None,
     }

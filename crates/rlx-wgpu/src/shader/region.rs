@@ -3,7 +3,7 @@
 //! invocation). A step whose dtype is narrower than its compute type (f16, bf16, 8- and
 //! 16-bit integers) is rounded or wrapped to it, as storing it between two launches would.
 
-use super::{binary_expr, bits, cast_expr, compare_expr, header, load_fn, select_expr, ty, Kernel, Ty, ENTRY};
+use super::{binary_expr, bits, cast_expr, compare_expr, header, load_fn, select_expr, ty, words, Kernel, Ty, ENTRY};
 use rlx_ir::ops::elementwise::{emit, table};
 use rlx_ir::ops::fused::{chain_dtypes, ChainStep, ElementwiseRegion, Operand, RegionPrologue};
 use rlx_ir::DType;
@@ -75,23 +75,7 @@ pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Kernel> {
         let _ = writeln!(body, "        var s{j}: {c}; {{ {bind}let v: {c} = {expr}; s{j} = {n}; }}", c = st.compute, n = narrowed(st, "v"));
     }
     let last = steps.len() - 1;
-    let per = out.per_word();
     code += ENTRY;
-    let _ = write!(
-        code,
-        "    let n = p[K];
-    if (g * {per}u >= n) {{ return; }}
-    var word = 0u;
-    for (var k = 0u; k < {per}u; k++) {{
-        let e = g * {per}u + k;
-        if (e >= n) {{ break; }}
-{body}        word |= {b} << (k * {sh}u);
-    }}
-    b0[p[0] / {per}u + g] = word;
-}}
-",
-        b = bits(out, &format!("s{last}")),
-        sh = 8 * out.size,
-    );
+    code += &words(out.per_word(), &format!("{body}        word |= {} << (k * {}u);\n", bits(out, &format!("s{last}")), 8 * out.size));
     Some(Kernel { name: "elementwise region", code, operands: dtypes.len() + 1, report: false })
 }
