@@ -11,8 +11,9 @@ pub const KINDS: &[OpKind] = {
     use OpKind::*;
     &[
         Input, Param, Constant, Activation, ActivationBackward, ReluBackward, Binary, Compare, Where, Fma, Cast, Reshape,
-        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, GatherBackward, Reduce, MatMul, Softmax, LayerNorm, LayerNorm2d,
-        RmsNorm, FusedResidualLN, FusedResidualRmsNorm, FusedMatMulBiasAct, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
+        StopGradient, Transpose, Expand, Narrow, Slice, Reverse, Concat, Gather, GatherBackward, Reduce, MatMul, DotGeneral, Softmax, LayerNorm, LayerNorm2d,
+        RmsNorm, LayerNormBackwardInput, LayerNormBackwardGamma, RmsNormBackwardInput, RmsNormBackwardGamma, RmsNormBackwardBeta,
+        FusedResidualLN, FusedResidualRmsNorm, FusedMatMulBiasAct, ArgMax, ArgMin, Cumsum, CumsumBackward, CumProd, CumMax,
         SoftmaxCrossEntropyWithLogits, SoftmaxCrossEntropyBackward, Rope, RopeBackward, Attention, AttentionBackward, AttentionBackwardAll, KvAppend, DequantMatMul,
         ElementwiseRegion,
     ]
@@ -41,6 +42,7 @@ impl Claims for CudaClaims {
             ReluBackward | Fma => "f32, f64, f16, bf16",
             Reduce => "floats",
             MatMul => "f32, f64 (no TF32), f16, bf16 (f32 accumulation)",
+            DotGeneral => "as MatMul; operands read in place (transposed where need be) when batch axes lead and contracted axes are one run at either end, else copied first",
             FusedMatMulBiasAct => "f16, bf16 (bias, ReLU and tanh-GELU in cuBLASLt's epilogue)",
             Binary => "bitwise ops on integers; shifts not",
             Cast => "not f64 to f16/bf16",
@@ -49,6 +51,9 @@ impl Claims for CudaClaims {
             }
             Softmax | LayerNorm | LayerNorm2d | RmsNorm | FusedResidualLN | FusedResidualRmsNorm | Rope | RopeBackward => {
                 "f32, f64, f16, bf16 (statistics in f32, f64 in f64)"
+            }
+            LayerNormBackwardInput | LayerNormBackwardGamma | RmsNormBackwardInput | RmsNormBackwardGamma | RmsNormBackwardBeta => {
+                "f32, f64, f16, bf16, every operand of one dtype (statistics and sums in f32, f64 in f64)"
             }
             Cumsum | CumsumBackward | CumProd | CumMax => "no Bool, complex, 8/4-bit floats or sub-byte ints",
             SoftmaxCrossEntropyWithLogits => "f32, f64, f16, bf16 logits; integer labels",

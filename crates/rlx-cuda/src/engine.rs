@@ -83,6 +83,17 @@ impl CudaEngine {
         tiled(&self.gpu, f, numel(dims), &mut params)
     }
 
+    /// `x` with its axes reordered (output axis `i` is `x`'s axis `perm[i]`) in scratch of its
+    /// own, which is freed on the stream once dropped (after the launches that read it).
+    pub(crate) fn permuted(&self, op: &Op, x: Arg<'_, DevMem>, perm: &[usize]) -> std::result::Result<DevMem, String> {
+        let scratch = DevMem::zeroed(&self.gpu, x.len).map_err(|e| e.to_string())?;
+        let dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
+        let own = contiguous(x.dims);
+        let into = Arg { dtype: x.dtype, dims: &dims, buf: &scratch, offset: 0, len: x.len };
+        self.strided(op, x, into, &dims, [perm.iter().map(|&p| own[p]).collect(), contiguous(&dims)], [0, 0])?;
+        Ok(scratch)
+    }
+
     /// Copies `src`'s bytes into `dst` on the stream.
     fn copy_bytes(&self, src: Arg<'_, DevMem>, dst: Arg<'_, DevMem>) -> std::result::Result<(), String> {
         if src.len != dst.len {
@@ -155,6 +166,7 @@ impl CudaEngine {
             }
             Op::Reduce(r) => reduce::reduce(self, op, r, ins[0], out),
             Op::MatMul(_) => matmul::matmul(self, ins[0], ins[1], out),
+            Op::DotGeneral(d) => matmul::dot_general(self, op, d, ins[0], ins[1], out),
             Op::FusedMatMulBiasAct(f) => matmul::bias_act(self, op, f.activation, ins, out),
             Op::DequantMatMul(q) => quant::dequant_matmul(self, op, q, ins, out),
             Op::Softmax(s) => rows::softmax(self, op, s.axis, ins[0], out),
@@ -163,6 +175,11 @@ impl CudaEngine {
             Op::RmsNorm(n) => rows::norm(self, op, Norm::Rms, n.axis, n.eps, ins, out),
             Op::FusedResidualLN(n) => rows::residual_norm(self, op, Norm::Layer, n.has_bias, n.eps, ins, out),
             Op::FusedResidualRmsNorm(n) => rows::residual_norm(self, op, Norm::Rms, n.has_bias, n.eps, ins, out),
+            Op::LayerNormBackwardInput(n) => rows::norm_backward_input(self, op, Norm::Layer, n.axis, n.eps, [ins[0], ins[1], ins[2]], out),
+            Op::RmsNormBackwardInput(n) => rows::norm_backward_input(self, op, Norm::Rms, n.axis, n.eps, [ins[0], ins[1], ins[3]], out),
+            Op::LayerNormBackwardGamma(n) => rows::norm_backward_params(self, op, Some(Norm::Layer), n.axis, n.eps, ins[0], ins[1], out),
+            Op::RmsNormBackwardGamma(n) => rows::norm_backward_params(self, op, Some(Norm::Rms), n.axis, n.eps, ins[0], ins[3], out),
+            Op::RmsNormBackwardBeta(n) => rows::norm_backward_params(self, op, None, n.axis, n.eps, ins[0], ins[3], out),
             Op::ArgMax(a) => rows::arg_extreme(self, op, true, a.axis, ins[0], out),
             Op::ArgMin(a) => rows::arg_extreme(self, op, false, a.axis, ins[0], out),
             Op::Cumsum(c) => rows::scan(self, op, Scan::Sum, c.axis, c.exclusive, false, ins[0], out),

@@ -1,5 +1,5 @@
 //! f16 / bf16 products through cuBLASLt: per distinct problem (dtype, sizes, batch, strides,
-//! epilogue) a matmul descriptor, layouts and the algorithm its heuristic ranks first, made
+//! transposes, epilogue) a matmul descriptor, layouts and the algorithm its heuristic ranks first, made
 //! once and reused; f32 accumulation, and a bias (with ReLU or tanh-GELU) added to the f32
 //! sums before the one rounding where the problem asks. Like [`crate::matmul`], row-major
 //! `C = A·B` is passed as column-major `Cᵀ = Bᵀ·Aᵀ`, whose rows are `C`'s columns: the bias
@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-/// One problem: dtype, `(m, n, k)`, batch count, the batch strides of A and B, and what is
-/// added to the product before it is stored.
+/// One problem: dtype, `(m, n, k)`, batch count, the batch strides of A and B, whether each
+/// is stored transposed (row-major A `[K, M]`, B `[N, K]`), and what is added to the
+/// product before it is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Problem {
     pub half: bool,
@@ -24,6 +25,8 @@ pub struct Problem {
     pub batch: usize,
     pub stride_a: i64,
     pub stride_b: i64,
+    pub trans_a: bool,
+    pub trans_b: bool,
     pub epilogue: Epilogue,
 }
 
@@ -128,6 +131,14 @@ impl Lt {
             }
             .map_err(failed("epilogue"))?;
         }
+        for (attribute, trans) in [
+            (sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b),
+            (sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a),
+        ] {
+            let op = if trans { cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T } else { cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N };
+            // SAFETY: `desc` was just created; the attribute is a cublasOperation_t (4 bytes).
+            unsafe { lt::set_matmul_desc_attribute(desc, attribute, &op as *const _ as *const c_void, std::mem::size_of_val(&op)) }.map_err(failed("transpose"))?;
+        }
         let layout = |rows: usize, cols: usize, stride: i64| -> Result<sys::cublasLtMatrixLayout_t> {
             let l = lt::create_matrix_layout(dtype, rows as u64, cols as u64, rows as i64).map_err(failed("layout"))?;
             if p.batch > 1 {
@@ -142,7 +153,10 @@ impl Lt {
             }
             Ok(l)
         };
-        let layouts = [layout(p.n, p.k, p.stride_b)?, layout(p.k, p.m, p.stride_a)?, layout(p.n, p.m, (p.m * p.n) as i64)?];
+        // Column-major, as stored: B is `n × k` (`k × n` transposed), A `k × m` (`m × k`).
+        let (b_rows, b_cols) = if p.trans_b { (p.k, p.n) } else { (p.n, p.k) };
+        let (a_rows, a_cols) = if p.trans_a { (p.m, p.k) } else { (p.k, p.m) };
+        let layouts = [layout(b_rows, b_cols, p.stride_b)?, layout(a_rows, a_cols, p.stride_a)?, layout(p.n, p.m, (p.m * p.n) as i64)?];
         let pref = lt::create_matmul_pref().map_err(failed("preference"))?;
         // SAFETY: `pref` was just created; the workspace size is a u64 as the attribute wants.
         let chosen = unsafe {

@@ -19,6 +19,7 @@ use cudarc::cublas::{result as blas, sys};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::CUdevice_attribute;
 use rlx_ir::ops::elementwise::ActivationKind;
+use rlx_ir::ops::matmul::DotGeneral;
 use rlx_ir::{DType, Op};
 use rlx_runtime::Arg;
 use std::ffi::c_void;
@@ -89,6 +90,74 @@ pub fn supported(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
 }
 
+/// One operand of a product as cuBLAS reads it: its address, whether it is stored transposed
+/// (row-major A `[K, M]`, B `[N, K]`) and the elements between its batch items (0: shared).
+#[derive(Clone, Copy)]
+struct Operand {
+    ptr: u64,
+    trans: bool,
+    stride: i64,
+}
+
+/// `count` products `c [m, n] = op(a) · op(b)` of `dtype` (row-major, batch items `m·n` apart
+/// in `c`): cuBLASLt for f16 / bf16, cuBLAS's strided-batched call (no TF32) for f32 / f64.
+fn product(gpu: &Gpu, dtype: DType, (m, n, k): (usize, usize, usize), count: usize, a: Operand, b: Operand, c: u64) -> Result<(), String> {
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        let problem =
+            Problem { half: dtype == DType::F16, m, n, k, batch: count, stride_a: a.stride, stride_b: b.stride, trans_a: a.trans, trans_b: b.trans, epilogue: Epilogue::None };
+        return gpu.lt.matmul(gpu, problem, (a.ptr, b.ptr, c, 0), gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string());
+    }
+    let (data, compute) = match dtype {
+        DType::F32 => (sys::cudaDataType_t::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC),
+        DType::F64 => (sys::cudaDataType_t::CUDA_R_64F, sys::cublasComputeType_t::CUBLAS_COMPUTE_64F),
+        d => return Err(format!("no CUDA product over {d}")),
+    };
+    let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
+    let (alpha, beta): (*const c_void, *const c_void) = match dtype {
+        DType::F64 => (&one64 as *const f64 as _, &zero64 as *const f64 as _),
+        _ => (&one32 as *const f32 as _, &zero32 as *const f32 as _),
+    };
+    let op = |trans: bool| if trans { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
+    // Column-major `cᵀ = op(b)ᵀ · op(a)ᵀ`; each operand's leading dimension is its stored row.
+    let (lda, ldb) = (if a.trans { m } else { k }, if b.trans { k } else { n });
+    // SAFETY: the pointers address `count` matrices of these sizes inside the operands'
+    // ranges (the executor's slots); the handle is bound to the device's stream.
+    unsafe {
+        blas::gemm_strided_batched_ex(
+            gpu.blas,
+            op(b.trans),
+            op(a.trans),
+            n as i32,
+            m as i32,
+            k as i32,
+            alpha,
+            b.ptr as *const c_void,
+            data,
+            ldb as i32,
+            b.stride,
+            a.ptr as *const c_void,
+            data,
+            lda as i32,
+            a.stride,
+            beta,
+            c as *mut c_void,
+            data,
+            n as i32,
+            (m * n) as i64,
+            count as i32,
+            compute,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| format!("cuBLAS product: {e:?}"))
+}
+
+/// Zeroes `out`, the product of an empty contraction.
+fn zero(gpu: &Gpu, out: Arg<'_, DevMem>) -> Result<(), String> {
+    // SAFETY: the output range lies in its buffer; ordered on the stream.
+    unsafe { cu::memset_d8_async(out.buf.at(out.offset), 0, out.len, gpu.stream) }.map_err(|e| format!("zeroing an empty product: {e:?}"))
+}
+
 /// `out = a · b` for `a [.., M, K]`, `b [.., K, N]`, `out [batch.., M, N]`.
 pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Result<(), String> {
     let gpu = &*e.gpu;
@@ -101,24 +170,11 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
         return Ok(());
     }
     if k == 0 {
-        // SAFETY: the output range lies in its buffer; ordered on the stream.
-        return unsafe { cu::memset_d8_async(out.buf.at(out.offset), 0, out.len, gpu.stream) }.map_err(|e| format!("zeroing an empty product: {e:?}"));
+        return zero(gpu, out);
     }
     if let Some(ran) = gemv(e, a, b, out, (m, n, k)) {
         return ran;
     }
-    let (dtype, compute) = match out.dtype {
-        DType::F32 => (sys::cudaDataType_t::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC),
-        DType::F64 => (sys::cudaDataType_t::CUDA_R_64F, sys::cublasComputeType_t::CUBLAS_COMPUTE_64F),
-        DType::F16 => (sys::cudaDataType_t::CUDA_R_16F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        DType::BF16 => (sys::cudaDataType_t::CUDA_R_16BF, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        d => return Err(format!("no CUDA product over {d}")),
-    };
-    let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
-    let (alpha, beta): (*const c_void, *const c_void) = match out.dtype {
-        DType::F64 => (&one64 as *const f64 as _, &zero64 as *const f64 as _),
-        _ => (&one32 as *const f32 as _, &zero32 as *const f32 as _),
-    };
     let items = numel(batch);
     // Per operand, the batch items' matrix strides in elements (0 where it broadcasts).
     let steps = |dims: &[usize], mat: usize| -> Vec<i64> { broadcast(&dims[..dims.len() - 2], batch).into_iter().map(|s| s * mat as i64).collect() };
@@ -130,45 +186,10 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
             (s == broadcast(batch, batch).iter().map(|x| x * mat as i64).collect::<Vec<_>>()).then_some(mat as i64)
         }
     };
-    let gemm = |pa: u64, pb: u64, pc: u64, stride_a: i64, stride_b: i64, count: usize| -> Result<(), String> {
-        // SAFETY: the pointers address `count` matrices of these sizes inside the operands'
-        // ranges (the executor's slots); the handle is bound to the device's stream.
-        unsafe {
-            blas::gemm_strided_batched_ex(
-                gpu.blas,
-                sys::cublasOperation_t::CUBLAS_OP_N,
-                sys::cublasOperation_t::CUBLAS_OP_N,
-                n as i32,
-                m as i32,
-                k as i32,
-                alpha,
-                pb as *const c_void,
-                dtype,
-                n as i32,
-                stride_b,
-                pa as *const c_void,
-                dtype,
-                k as i32,
-                stride_a,
-                beta,
-                pc as *mut c_void,
-                dtype,
-                n as i32,
-                (m * n) as i64,
-                count as i32,
-                compute,
-                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| format!("cuBLAS product: {e:?}"))
-    };
     let (pa, pb, pc) = (a.buf.at(a.offset), b.buf.at(b.offset), out.buf.at(out.offset));
+    let plain = |ptr: u64, stride: i64| Operand { ptr, trans: false, stride };
     if let (Some(stride_a), Some(stride_b)) = (even(&sa, m * k), even(&sb, k * n)) {
-        if matches!(out.dtype, DType::F16 | DType::BF16) {
-            let problem = Problem { half: out.dtype == DType::F16, m, n, k, batch: items.max(1), stride_a, stride_b, epilogue: Epilogue::None };
-            return gpu.lt.matmul(gpu, problem, (pa, pb, pc, 0), gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string());
-        }
-        return gemm(pa, pb, pc, stride_a, stride_b, items.max(1));
+        return product(gpu, out.dtype, (m, n, k), items.max(1), plain(pa, stride_a), plain(pb, stride_b), pc);
     }
     let own = crate::launch::contiguous(batch);
     for item in 0..items {
@@ -179,9 +200,65 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
             ob += at * sb[d];
         }
         let at = |p: u64, elems: i64| p + (elems as u64) * size as u64;
-        gemm(at(pa, oa), at(pb, ob), at(pc, (item * m * n) as i64), 0, 0, 1)?;
+        product(gpu, out.dtype, (m, n, k), 1, plain(at(pa, oa), 0), plain(at(pb, ob), 0), at(pc, (item * m * n) as i64))?;
     }
     Ok(())
+}
+
+/// How one side of a `DotGeneral` reads as a stack of matrices: with its batch axes leading
+/// (`0..batch`) and its contracted axes one ascending run at either end of the rest, it is
+/// `[batch, free, contracted]` or `[batch, contracted, free]` in place (`contracted_first`).
+/// `None` for any other layout.
+fn in_place(rank: usize, batch: usize, contracting: &[usize]) -> Option<bool> {
+    let run = contracting.windows(2).all(|w| w[1] == w[0] + 1);
+    match contracting {
+        _ if !run => None,
+        [] => Some(false),
+        [first, ..] if *first == batch => Some(true),
+        [.., last] if *last == rank - 1 => Some(false),
+        _ => None,
+    }
+}
+
+/// `DotGeneral` as one strided-batched product: each operand read in place, transposed where
+/// its contracted axes come first (`rhs`: last), or first copied into `[batch, free,
+/// contracted]` / `[batch, contracted, free]` order where its axes allow neither.
+pub fn dot_general(e: &CudaEngine, op: &Op, d: &DotGeneral, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Result<(), String> {
+    let gpu = &*e.gpu;
+    let nb = d.lhs_batch.len();
+    let size = |x: &Arg<'_, DevMem>, axes: &mut dyn Iterator<Item = usize>| -> usize { axes.map(|i| x.dims[i]).product() };
+    let batch = size(&a, &mut d.lhs_batch.iter().copied());
+    let k = size(&a, &mut d.lhs_contracting.iter().copied());
+    let m = numel(a.dims) / (batch * k).max(1);
+    let n = numel(b.dims) / (batch * k).max(1);
+    if numel(out.dims) == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return zero(gpu, out);
+    }
+    // Batch axes that lead, in order, on both sides; contracted axes paired in ascending order.
+    let leading = d.lhs_batch.iter().copied().eq(0..nb) && d.rhs_batch.iter().copied().eq(0..nb);
+    let sorted = |c: &[usize]| c.windows(2).all(|w| w[0] < w[1]);
+    let paired = leading && sorted(&d.lhs_contracting) && sorted(&d.rhs_contracting);
+    let sides = (in_place(a.dims.len(), nb, &d.lhs_contracting), in_place(b.dims.len(), nb, &d.rhs_contracting));
+    let (a_first, b_first, copies) = match sides {
+        (Some(a_first), Some(b_first)) if paired => (a_first, b_first, None),
+        _ => {
+            // `[batch, free, contracted]` and `[batch, contracted, free]`, as the CPU does.
+            let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
+            let pa: Vec<usize> = d.lhs_batch.iter().chain(&free(a.dims.len(), &d.lhs_contracting, &d.lhs_batch)).chain(&d.lhs_contracting).copied().collect();
+            let pb: Vec<usize> = d.rhs_batch.iter().chain(&d.rhs_contracting).chain(&free(b.dims.len(), &d.rhs_contracting, &d.rhs_batch)).copied().collect();
+            (false, true, Some((e.permuted(op, a, &pa)?, e.permuted(op, b, &pb)?)))
+        }
+    };
+    let (pa, pb) = match &copies {
+        Some((ca, cb)) => (ca.at(0), cb.at(0)),
+        None => (a.buf.at(a.offset), b.buf.at(b.offset)),
+    };
+    let (sa, sb) = if batch > 1 { ((m * k) as i64, (k * n) as i64) } else { (0, 0) };
+    // The product's scratch copies are freed on the stream, after it.
+    product(gpu, out.dtype, (m, n, k), batch.max(1), Operand { ptr: pa, trans: a_first, stride: sa }, Operand { ptr: pb, trans: !b_first, stride: sb }, out.buf.at(out.offset))
 }
 
 /// `FusedMatMulBiasAct`: `out = act(x·w + bias)` for `x [.., M, K]`, `w [K, N]`, `bias [N]`
@@ -205,8 +282,7 @@ pub fn bias_act(e: &CudaEngine, op: &Op, act: Option<ActivationKind>, ins: &[Arg
         launch::tiled(&e.gpu, f, total, &mut params)
     };
     if k == 0 {
-        // SAFETY: the output range lies in its buffer; ordered on the stream.
-        unsafe { cu::memset_d8_async(out.buf.at(out.offset), 0, out.len, e.gpu.stream) }.map_err(|e| format!("zeroing an empty product: {e:?}"))?;
+        zero(&e.gpu, out)?;
         return epilogue(true, act);
     }
     if let Some(ran) = gemv(e, x, w, out, (rows, n, k)) {
@@ -219,7 +295,7 @@ pub fn bias_act(e: &CudaEngine, op: &Op, act: Option<ActivationKind>, ins: &[Arg
         Some(ActivationKind::GeluApprox) => (Epilogue::GeluBias, None),
         Some(other) => (Epilogue::Bias, Some(other)),
     };
-    let problem = Problem { half: out.dtype == DType::F16, m: rows, n, k, batch: 1, stride_a: 0, stride_b: 0, epilogue: lt_epilogue };
+    let problem = Problem { half: out.dtype == DType::F16, m: rows, n, k, batch: 1, stride_a: 0, stride_b: 0, trans_a: false, trans_b: false, epilogue: lt_epilogue };
     let gpu = &*e.gpu;
     let pointers = (x.buf.at(x.offset), w.buf.at(w.offset), out.buf.at(out.offset), bias.buf.at(bias.offset));
     gpu.lt.matmul(gpu, problem, pointers, gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string())?;

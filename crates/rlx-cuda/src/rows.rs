@@ -18,6 +18,8 @@ type Res = Result<(), String>;
 const SHORT: usize = 1024;
 /// Warps (rows) per block for short rows.
 const WARPS: u32 = 8;
+/// The fewest rows one split of a norm's parameter gradient takes (64 per warp).
+const PARAM_SPLIT: usize = 512;
 
 /// The device address of an operand.
 pub(crate) fn ptr(a: Arg<'_, DevMem>) -> Param {
@@ -70,6 +72,60 @@ pub fn norm(e: &CudaEngine, op: &Op, kind: Norm, axis: i32, eps: f32, ins: &[Arg
     let rows = outer * inner;
     let params = vec![ptr(out), ptr(x), ptr(ins[1]), ptr(ins[2]), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64), Param::F32(eps)];
     over_rows(e, f, rows, n, params)
+}
+
+/// `LayerNormBackwardInput` / `RmsNormBackwardInput` along `axis`: inputs `(x, γ, ȳ)`.
+pub fn norm_backward_input(e: &CudaEngine, op: &Op, kind: Norm, axis: i32, eps: f32, [x, gamma, dy]: [Arg<'_, DevMem>; 3], out: Arg<'_, DevMem>) -> Res {
+    let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(axis as i64, x.dims.len())?);
+    if n == 0 {
+        return Ok(());
+    }
+    let f = e.kernel(src::norm_backward_input(kind, x.dtype), op, &[x.dtype])?;
+    let rows = outer * inner;
+    let params = vec![ptr(out), ptr(x), ptr(gamma), ptr(dy), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64), Param::F32(eps)];
+    over_rows(e, f, rows, n, params)
+}
+
+/// The `[n]` parameter gradients of a norm along `axis`: `Σ ȳ·x̂` over the other axes for
+/// `Some(kind)` (`dγ`, from each row's statistics, computed first into scratch), `Σ ȳ` for
+/// `None` (`dβ`). The rows split until the device holds about four blocks per
+/// multiprocessor; the splits' partials fold in a fixed order.
+#[allow(clippy::too_many_arguments)]
+pub fn norm_backward_params(e: &CudaEngine, op: &Op, kind: Option<Norm>, axis: i32, eps: f32, x: Arg<'_, DevMem>, dy: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Res {
+    let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(axis as i64, x.dims.len())?);
+    let rows = outer * inner;
+    if n == 0 {
+        return Ok(());
+    }
+    let gpu = &e.gpu;
+    let acc = if x.dtype == rlx_ir::DType::F64 { 8 } else { 4 };
+    let long = |v: usize| Param::I64(v as i64);
+    let stats = match kind {
+        Some(kind) if rows > 0 => {
+            let stats = DevMem::zeroed(gpu, 2 * rows * acc).map_err(|err| err.to_string())?;
+            let f = e.kernel(src::norm_stats(kind, x.dtype), op, &[x.dtype])?;
+            over_rows(e, f, rows, n, vec![Param::Ptr(stats.at(0)), ptr(x), long(rows), long(n), long(inner), Param::F32(eps)])?;
+            Some(stats)
+        }
+        _ => None,
+    };
+    let tiles = n.div_ceil(32);
+    let want = (4 * e.split.sms()).div_ceil(tiles);
+    let parts = want.clamp(1, (rows / PARAM_SPLIT).max(1)).min(65535);
+    let chunk = rows.div_ceil(parts).max(1);
+    let parts = rows.div_ceil(chunk).max(1);
+    let scratch = if parts > 1 { Some(DevMem::zeroed(gpu, parts * n * acc).map_err(|err| err.to_string())?) } else { None };
+    let at = |m: &Option<DevMem>| Param::Ptr(m.as_ref().map_or(0, |m| m.at(0)));
+    let f = e.kernel(src::norm_backward_params(x.dtype), op, &[x.dtype])?;
+    let mut params = vec![ptr(out), ptr(x), ptr(dy), at(&stats), at(&scratch), long(rows), long(n), long(inner), long(chunk)];
+    launch::grid(gpu, f, (extent(tiles)?, parts as u32, 1), (256, 1, 1), 0, &mut params)?;
+    if let Some(scratch) = scratch {
+        let f = e.kernel(crate::source::reduce::combine(rlx_ir::ops::reduce::ReduceOp::Sum, x.dtype), op, &[x.dtype])?;
+        let mut params = vec![ptr(out), Param::Ptr(scratch.at(0)), long(n), long(parts), long(rows)];
+        launch::elementwise(gpu, f, n, &mut params)?;
+    }
+    // The scratch is freed on the stream, after the kernels that read it.
+    Ok(())
 }
 
 /// `FusedResidualLN` / `FusedResidualRmsNorm` over the last axis: inputs `(x, residual

@@ -6,7 +6,9 @@ use rlx_ir::ops::attention::{Attention, AttentionBackwardAll, MaskKind, Rope, Ro
 use rlx_ir::ops::elementwise::{Activation, ActivationBackward, ActivationKind, Binary, BinaryOp, Cast, CmpOp, Compare, Fma, ReluBackward, Where};
 use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, FusedMatMulBiasAct, FusedResidualLN, FusedResidualRmsNorm, Operand, RegionPrologue, MAX_REGION_INPUTS};
 use rlx_ir::ops::index::{Gather, GatherBackward};
-use rlx_ir::ops::norm::{LayerNorm, LayerNorm2d, RmsNorm};
+use rlx_ir::ops::norm::{
+    LayerNorm, LayerNorm2d, LayerNormBackwardGamma, LayerNormBackwardInput, RmsNorm, RmsNormBackwardBeta, RmsNormBackwardGamma, RmsNormBackwardInput,
+};
 use rlx_ir::ops::reduce::{ArgMax, ArgMin, CumMax, CumProd, Cumsum, CumsumBackward, Reduce, ReduceOp};
 use rlx_ir::ops::shape::{KvAppend, Transpose};
 use rlx_ir::ops::softmax::{Softmax, SoftmaxCrossEntropyBackward, SoftmaxCrossEntropyWithLogits};
@@ -71,6 +73,11 @@ fn row_nodes(d: DType) -> Vec<(Op, Vec<DType>)> {
         (Op::LayerNorm(LayerNorm { axis, eps }), vec![d; 3]),
         (Op::LayerNorm2d(LayerNorm2d { eps }), vec![d; 3]),
         (Op::RmsNorm(RmsNorm { axis, eps, flatten_leading: false }), vec![d; 3]),
+        (Op::LayerNormBackwardInput(LayerNormBackwardInput { axis, eps }), vec![d; 3]),
+        (Op::LayerNormBackwardGamma(LayerNormBackwardGamma { axis, eps }), vec![d; 2]),
+        (Op::RmsNormBackwardInput(RmsNormBackwardInput { axis, eps }), vec![d; 4]),
+        (Op::RmsNormBackwardGamma(RmsNormBackwardGamma { axis, eps }), vec![d; 4]),
+        (Op::RmsNormBackwardBeta(RmsNormBackwardBeta { axis, eps }), vec![d; 4]),
         (Op::FusedResidualLN(FusedResidualLN { has_bias: true, eps }), vec![d; 5]),
         (Op::FusedResidualRmsNorm(FusedResidualRmsNorm { has_bias: false, eps }), vec![d; 4]),
         (Op::ArgMax(ArgMax { axis: 0, keep_dim: false }), vec![d]),

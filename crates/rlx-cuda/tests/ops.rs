@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::{agree, f32_input, gpu, uniform, Tol};
+use common::{agree, agree_native, f32_input, gpu, random, uniform, Tol};
 use rlx_cpu::CpuBackend;
 use rlx_cuda::CudaBackend;
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::reduce::ReduceOp;
-use rlx_ir::{DType, Dim, Graph, Shape, TensorType};
+use rlx_ir::{DType, Dim, Graph, OpKind, Shape, TensorType};
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
 
@@ -241,6 +241,46 @@ fn products_batched_broadcast_and_half_precision() {
         g.set_outputs(vec![y]).unwrap();
         let inputs = [("a", Tensor::from_vec(uniform(64 * 128, 16, -1.0, 1.0), &[64, 128]).unwrap()), ("b", Tensor::from_vec(uniform(128 * 32, 17, -1.0, 1.0), &[128, 32]).unwrap())];
         agree(&gpu, &g, &inputs, Tol::norm(2e-2), true);
+    }
+}
+
+#[test]
+fn dot_general_reads_operands_transposed_in_place_or_copies_them() {
+    use rlx_ir::ops::matmul::DotGeneral;
+    let Some(gpu) = gpu() else { return };
+    let dot = |lc: &[usize], rc: &[usize], lb: &[usize], rb: &[usize]| DotGeneral {
+        lhs_contracting: lc.to_vec(),
+        rhs_contracting: rc.to_vec(),
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+    };
+    let cases: Vec<(&[usize], &[usize], DotGeneral)> = vec![
+        // x·wᵀ and the gradient of a shared weight (every row of every item contracted).
+        (&[33, 70], &[45, 70], dot(&[1], &[1], &[], &[])),
+        (&[4, 7, 16], &[4, 7, 9], dot(&[0, 1], &[0, 1], &[], &[])),
+        // Batched, each side transposed in turn.
+        (&[3, 8, 16], &[3, 5, 16], dot(&[2], &[2], &[0], &[0])),
+        (&[3, 8, 16], &[3, 8, 5], dot(&[1], &[1], &[0], &[0])),
+        // Copied first: a contracted axis in the middle, a batch axis that does not lead,
+        // contracted axes paired out of order.
+        (&[5, 6, 7], &[6, 4], dot(&[1], &[0], &[], &[])),
+        (&[6, 3, 5], &[4, 3, 6], dot(&[0], &[2], &[1], &[1])),
+        (&[2, 3, 4], &[4, 3, 5], dot(&[1, 2], &[1, 0], &[], &[])),
+    ];
+    for (i, (a_dims, b_dims, d)) in cases.into_iter().enumerate() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let mut g = Graph::new();
+            let a = f32_input(&mut g, "a", a_dims);
+            let b = f32_input(&mut g, "b", b_dims);
+            let (a, b) = if dtype == DType::F32 { (a, b) } else { (g.cast(a, dtype).unwrap(), g.cast(b, dtype).unwrap()) };
+            let y = g.dot_general(a, b, d.clone()).unwrap();
+            let y = if dtype == DType::F32 { y } else { g.cast(y, DType::F32).unwrap() };
+            g.set_outputs(vec![y]).unwrap();
+            let seed = 40 + 2 * i as u64;
+            let inputs = [("a", random(a_dims, seed, -1.0, 1.0)), ("b", random(b_dims, seed + 1, -1.0, 1.0))];
+            let tol = if dtype == DType::F32 { Tol::norm(1e-5) } else { Tol::norm(2e-2) };
+            agree_native(&gpu, &g, &inputs, tol, &[OpKind::DotGeneral]);
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The row kernels against the CPU backend on random inputs: softmax, LayerNorm /
-//! LayerNorm2d / RmsNorm and their fused residual forms, ArgMax / ArgMin, the running scans
-//! and the sparse cross-entropy with its gradient, over odd row lengths (1 to past 8192, so rows per warp and
-//! per block of both sizes), many rows, axes other than the last, and f16/bf16/f64. Each
-//! asserts that its kind ran natively. f32 agrees within 1e-5 (norms normwise: their small
-//! values are differences of larger ones), halves within 2e-2; skips without a device.
+//! LayerNorm2d / RmsNorm, their fused residual forms and their backward kinds, ArgMax /
+//! ArgMin, the running scans and the sparse cross-entropy with its gradient, over odd row
+//! lengths (1 to past 8192, so rows per warp and per block of both sizes), many rows, axes
+//! other than the last, and f16/bf16/f64. Each asserts that its kind ran natively. f32
+//! agrees within 1e-5 (norms normwise: their small values are differences of larger ones),
+//! halves within 2e-2; skips without a device.
 
 mod common;
 
@@ -311,5 +312,63 @@ fn sparse_cross_entropy_gradients_zero_ignored_and_outside_rows() {
             ];
             agree_native(&gpu, &g, &inputs, tol(dtype, false), &[OpKind::SoftmaxCrossEntropyBackward]);
         }
+    }
+}
+
+/// The backward kinds of LayerNorm and RmsNorm along `axis` of `x [dims]` in `dtype`, with
+/// `γ`, `β` and `ȳ`: every gradient as an output.
+fn norm_backward_graph(dims: &[usize], axis: i32, dtype: DType) -> (Graph, Vec<(&'static str, Tensor)>) {
+    use rlx_ir::ops::norm::*;
+    let d = dims[rlx_ir::norm_axis(axis as i64, dims.len()).unwrap()];
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", dims);
+    let gamma = f32_input(&mut g, "gamma", &[d]);
+    let beta = f32_input(&mut g, "beta", &[d]);
+    let dy = f32_input(&mut g, "dy", dims);
+    let [x, gamma, beta, dy] = [x, gamma, beta, dy].map(|v| as_dtype(&mut g, v, dtype));
+    let eps = 1e-5;
+    let rms = [x, gamma, beta, dy];
+    let outs = [
+        g.add1(LayerNormBackwardInput { axis, eps }, &[x, gamma, dy]).unwrap(),
+        g.add1(LayerNormBackwardGamma { axis, eps }, &[x, dy]).unwrap(),
+        g.add1(RmsNormBackwardInput { axis, eps }, &rms).unwrap(),
+        g.add1(RmsNormBackwardGamma { axis, eps }, &rms).unwrap(),
+        g.add1(RmsNormBackwardBeta { axis, eps }, &rms).unwrap(),
+    ];
+    let outs = outs.map(|y| back(&mut g, y));
+    g.set_outputs(outs.to_vec()).unwrap();
+    let seed = dims.iter().product::<usize>() as u64 + 17;
+    let inputs = vec![
+        ("x", random(dims, seed, -2.0, 3.0)),
+        ("gamma", random(&[d], seed + 1, 0.5, 1.5)),
+        ("beta", random(&[d], seed + 2, -0.5, 0.5)),
+        ("dy", random(dims, seed + 3, -1.0, 1.0)),
+    ];
+    (g, inputs)
+}
+
+const NORM_BACKWARD: [OpKind; 5] =
+    [OpKind::LayerNormBackwardInput, OpKind::LayerNormBackwardGamma, OpKind::RmsNormBackwardInput, OpKind::RmsNormBackwardGamma, OpKind::RmsNormBackwardBeta];
+
+#[test]
+fn norm_gradients_over_rows_of_every_length_and_split_columns() {
+    let Some(gpu) = gpu() else { return };
+    // Rows per warp and per block; enough rows (3000) that the parameter sums split.
+    for dims in [[5, 1], [7, 33], [3, 1000], [2, 4097], [3000, 96]] {
+        let (g, inputs) = norm_backward_graph(&dims, -1, DType::F32);
+        agree_native(&gpu, &g, &inputs, tol(DType::F32, true), &NORM_BACKWARD);
+    }
+}
+
+#[test]
+fn norm_gradients_over_inner_axes_and_in_other_dtypes() {
+    let Some(gpu) = gpu() else { return };
+    let (g, inputs) = norm_backward_graph(&[4, 33, 6], 1, DType::F32);
+    agree_native(&gpu, &g, &inputs, tol(DType::F32, true), &NORM_BACKWARD);
+    for dtype in [DType::F16, DType::BF16, DType::F64] {
+        let (g, inputs) = norm_backward_graph(&[700, 96], -1, dtype);
+        // Halves round x̂ and the sums' operands the same way on both: normwise 2e-2.
+        let tol = if dtype == DType::F64 { Tol::norm(1e-12) } else { Tol::norm(2e-2) };
+        agree_native(&gpu, &g, &inputs, tol, &NORM_BACKWARD);
     }
 }

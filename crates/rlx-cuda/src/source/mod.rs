@@ -19,6 +19,7 @@ use attention::Masking;
 use rlx_ir::ops::attention::MaskKind;
 use rlx_ir::ops::elementwise::{emit, table, ActivationKind, BinaryOp, CmpOp};
 use rlx_ir::ops::quant::QuantScheme;
+use rlx_ir::ops::reduce::ReduceOp;
 use rlx_ir::{DType, Op};
 use rows::{Norm, Scan};
 
@@ -366,6 +367,7 @@ pub fn kv_write(size: usize) -> Option<Source> {
 pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
     let d = |i: usize| dtypes.get(i).copied();
     let moves = |d: DType| supported(d).then(|| copy(d.size())).flatten().map(|s| vec![s]);
+    let same = |n: usize| dtypes.len() == n && dtypes.iter().all(|&t| t == dtypes[0]);
     match op {
         Op::Activation(a) => activation(a.kind, d(0)?).map(|s| vec![s]),
         Op::ActivationBackward(a) => activation_backward(a.kind, d(0)?).map(|s| vec![s]),
@@ -381,6 +383,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce::all(r.op, d(0)?),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
+        Op::DotGeneral(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| copy(dtypes[0].size()).into_iter().collect()),
         Op::FusedMatMulBiasAct(f) => {
             let t = d(0)?;
             if dtypes != [t; 3] {
@@ -399,6 +402,11 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::RmsNorm(_) => rows::norm(Norm::Rms, d(0)?).map(|s| vec![s]),
         Op::FusedResidualLN(_) => rows::residual_norm(Norm::Layer, d(0)?).map(|s| vec![s]),
         Op::FusedResidualRmsNorm(_) => rows::residual_norm(Norm::Rms, d(0)?).map(|s| vec![s]),
+        Op::LayerNormBackwardInput(_) if same(3) => rows::norm_backward_input(Norm::Layer, d(0)?).map(|s| vec![s]),
+        Op::RmsNormBackwardInput(_) if same(4) => rows::norm_backward_input(Norm::Rms, d(0)?).map(|s| vec![s]),
+        Op::LayerNormBackwardGamma(_) if same(2) => norm_params(Some(Norm::Layer), d(0)?),
+        Op::RmsNormBackwardGamma(_) if same(4) => norm_params(Some(Norm::Rms), d(0)?),
+        Op::RmsNormBackwardBeta(_) if same(4) => norm_params(None, d(0)?),
         Op::ArgMax(_) => rows::arg_extreme(true, d(0)?).map(|s| vec![s]),
         Op::ArgMin(_) => rows::arg_extreme(false, d(0)?).map(|s| vec![s]),
         Op::Cumsum(_) | Op::CumsumBackward(_) => rows::scan(Scan::Sum, d(0)?).map(|s| vec![s]),
@@ -431,6 +439,18 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }
+}
+
+/// The kernels of a norm's parameter gradient: the rows' statistics (`dγ`, for `norm`), the
+/// column sums, and the fold of their splits.
+fn norm_params(norm: Option<Norm>, d: DType) -> Option<Vec<Source>> {
+    let mut sources = Vec::new();
+    if let Some(norm) = norm {
+        sources.push(rows::norm_stats(norm, d)?);
+    }
+    sources.push(rows::norm_backward_params(d)?);
+    sources.push(reduce::combine(ReduceOp::Sum, d)?);
+    Some(sources)
 }
 
 /// The attention kernel's masking for `kind`, given the dtype of the mask or bias operand.

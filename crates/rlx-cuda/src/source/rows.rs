@@ -198,6 +198,97 @@ pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
     Some(row_source(if norm == Norm::Layer { "fused residual layer norm" } else { "fused residual rms norm" }, &c, &body))
 }
 
+/// `LayerNormBackwardInput` (`x, γ, ȳ`) / `RmsNormBackwardInput` (`x, γ, β, ȳ`: `beta` is
+/// not read) along one axis: with `x̂ = (x − mean)·r` and `g = ȳ·γ`, `dx = r·(g − mean(g) −
+/// x̂·mean(g·x̂))` for LayerNorm and `r·(g − x̂·mean(g·x̂))` for RMS (mean 0), which is OPS.md's
+/// `r·g − x·r³·mean(g·x)`.
+pub fn norm_backward_input(norm: Norm, d: DType) -> Option<Source> {
+    let c = float(d)?;
+    let v = c.load("xr[j * inner]");
+    let g = format!("{} * {}", c.load("dyr[j * inner]"), c.load("gamma[j]"));
+    let shift = if norm == Norm::Layer { "a / (acc_t)n" } else { "(acc_t)0" };
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ dy, i64 rows, i64 n, i64 inner, float eps, int per_warp) {{
+    CHAIN();
+{ROW}    const T* xr = x + base;
+    const T* dyr = dy + base;
+    T* yr = out + base;
+{stats}    acc_t a = 0, b = 0;
+    for (i64 j = l.lane; j < n; j += l.width) {{
+        const acc_t g = {g}, xh = ({v} - mean) * r;
+        a += g;
+        b += g * xh;
+    }}
+    a = row_sum(a, per_warp);
+    b = row_sum(b, per_warp) / (acc_t)n;
+    const acc_t shift = {shift};
+    for (i64 j = l.lane; j < n; j += l.width) {{
+        const acc_t g = {g}, xh = ({v} - mean) * r;
+        yr[j * inner] = {y};
+    }}
+}}
+",
+        stats = stats(norm, &c, &v),
+        y = c.store("r * (g - shift - xh * b)"),
+    );
+    Some(row_source(if norm == Norm::Layer { "layer norm input gradient" } else { "rms norm input gradient" }, &c, &body))
+}
+
+/// The statistics of every row of a norm's input for [`norm_backward_params`]: `stats[2·row]
+/// = mean` (0 for RMS), `stats[2·row + 1] = r`, in the compute type.
+pub fn norm_stats(norm: Norm, d: DType) -> Option<Source> {
+    let c = float(d)?;
+    let v = c.load("xr[j * inner]");
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(acc_t* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, float eps, int per_warp) {{
+    CHAIN();
+{ROW}    const T* xr = x + base;
+{stats}    if (l.lane == 0) {{ out[2 * l.row] = mean; out[2 * l.row + 1] = r; }}
+}}
+",
+        stats = stats(norm, &c, &v),
+    );
+    Some(row_source(if norm == Norm::Layer { "layer norm statistics" } else { "rms norm statistics" }, &c, &body))
+}
+
+/// The `[n]` parameter gradients of a norm over rows seen as `[outer, n, inner]`: `out[j] =
+/// Σ_rows ȳ·x̂` (`dγ`) from the rows' [`norm_stats`], or `Σ_rows ȳ` (`dβ`) where `stats` is
+/// null. Grid `(⌈n / 32⌉, splits)`, 256 threads: lane `x` of warp `w` takes column `32·tile +
+/// x` over rows `w, w + 8, …` of its split, then warp 0 folds the eight; one split stores the
+/// output, more store `partial[y·n + j]` for [`super::reduce::combine`] (a sum).
+pub fn norm_backward_params(d: DType) -> Option<Source> {
+    let c = float(d)?;
+    let body = format!(
+        "extern \"C\" __global__ void __launch_bounds__(256) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ dy, const acc_t* __restrict__ stats, acc_t* __restrict__ partial, i64 rows, i64 n, i64 inner, i64 chunk) {{
+    CHAIN();
+    __shared__ acc_t red[8][33];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const i64 j = (i64)blockIdx.x * 32 + lane;
+    const i64 r0 = (i64)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    acc_t acc = 0;
+    if (j < n) {{
+#pragma unroll 4
+        for (i64 row = r0 + w; row < r1; row += 8) {{
+            const i64 at = (row / inner) * n * inner + row % inner + j * inner;
+            const acc_t g = {dy};
+            acc += stats ? g * ({x} - stats[2 * row]) * stats[2 * row + 1] : g;
+        }}
+    }}
+    red[w][lane] = acc;
+    __syncthreads();
+    if (w != 0 || j >= n) return;
+    for (int k = 1; k < 8; ++k) acc += red[k][lane];
+    if (gridDim.y == 1) out[j] = {y};
+    else partial[(i64)blockIdx.y * n + j] = acc;
+}}
+",
+        dy = c.load("dy[at]"),
+        x = c.load("x[at]"),
+        y = c.store("acc"),
+    );
+    Some(row_source("norm parameter gradient", &c, &body))
+}
+
 /// The type arg-extrema compare in and shuffle: `float`/`double` for floats, `long long`
 /// for integers and Bool, `unsigned long long` for u64.
 fn key_type(d: DType) -> Option<&'static str> {

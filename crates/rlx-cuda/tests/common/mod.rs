@@ -1,5 +1,6 @@
-//! What the GPU test files share: a session on cuda:0 (or a skip, saying why), seeded random
-//! data, and the comparison of a graph's results on the GPU against the CPU backend's.
+//! What the GPU test files share: a session on cuda:0 (or a skip, saying why), and the
+//! comparison of a graph's results on the GPU against the CPU backend's (with seeded data and
+//! tolerances from rlx-cpu's `against_cpu`).
 
 #![allow(dead_code)]
 
@@ -9,6 +10,13 @@ use rlx_ir::{DType, Graph, OpKind, Shape, TensorType, ValueId};
 use rlx_opt::Outcome;
 use rlx_runtime::{Session, Tensor};
 use std::sync::Arc;
+
+/// The CPU reference, seeded data and tolerances, shared with rlx-wgpu's tests.
+#[path = "../../../rlx-cpu/tests/common/against_cpu.rs"]
+mod against_cpu;
+// Not every test binary reads every one of these.
+#[allow(unused_imports)]
+pub use against_cpu::{cpu, random, uniform, Tol};
 
 /// A session on cuda:0 with the CPU as host, or `None` (printing why) without a device.
 pub fn gpu() -> Option<Session> {
@@ -21,52 +29,8 @@ pub fn gpu() -> Option<Session> {
     }
 }
 
-/// A session on the CPU alone: the reference.
-pub fn cpu() -> Session {
-    Session::new(Arc::new(CpuBackend::new()))
-}
-
-/// Seeded values uniform in `[lo, hi)`.
-pub fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
-
-/// An f32 tensor of `dims` filled by [`uniform`].
-pub fn random(dims: &[usize], seed: u64, lo: f32, hi: f32) -> Tensor {
-    Tensor::from_vec(uniform(dims.iter().product(), seed, lo, hi), dims).unwrap()
-}
-
 pub fn f32_input(g: &mut Graph, name: &str, dims: &[usize]) -> ValueId {
     g.input(name, TensorType::new(DType::F32, Shape::of(dims)))
-}
-
-/// How close the GPU's value `a` must be to the CPU's `b`: `|a − b| ≤ rtol·max(|b|,
-/// floor·scale)`, `scale` being the largest finite magnitude of that output. A `floor` of 1
-/// is a normwise bound (for values that sum terms of both signs: norms, attention).
-#[derive(Clone, Copy, Debug)]
-pub struct Tol {
-    pub rtol: f64,
-    pub floor: f64,
-}
-
-impl Tol {
-    /// Relative to each value, down to a thousandth of the output's scale.
-    pub const fn rel(rtol: f64) -> Tol {
-        Tol { rtol, floor: 1e-3 }
-    }
-
-    /// Relative to the output's largest magnitude.
-    pub const fn norm(rtol: f64) -> Tol {
-        Tol { rtol, floor: 1.0 }
-    }
 }
 
 /// Runs `g` on the GPU and on the CPU with the same inputs; every output agrees within
@@ -98,16 +62,7 @@ pub fn agree_native(gpu: &Session, g: &Graph, inputs: &[(&str, Tensor)], tol: To
     compare(&got, &want, tol);
 }
 
-/// Every output of `got` agrees with `want` within `tol`.
+/// Every output of `got` agrees with the CPU's `want` within `tol`.
 pub fn compare(got: &[Tensor], want: &[Tensor], tol: Tol) {
-    assert_eq!(got.len(), want.len());
-    for (o, (x, y)) in got.iter().zip(want).enumerate() {
-        assert_eq!((x.dtype(), x.shape()), (y.dtype(), y.shape()), "output {o}");
-        let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
-        let scale = y.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs()));
-        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
-            let same = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol.rtol * b.abs().max(tol.floor * scale);
-            assert!(same, "output {o} element {i}: cuda {a}, cpu {b}");
-        }
-    }
+    against_cpu::compare_on("cuda", got, want, tol);
 }

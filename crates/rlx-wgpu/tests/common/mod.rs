@@ -10,6 +10,13 @@ use rlx_runtime::{Backend, Session, Tensor};
 use rlx_wgpu::WgpuBackend;
 use std::sync::{Arc, OnceLock};
 
+/// The CPU reference, seeded data and tolerances, shared with rlx-cuda's tests.
+#[path = "../../../rlx-cpu/tests/common/against_cpu.rs"]
+mod against_cpu;
+// Not every test binary reads every one of these.
+#[allow(unused_imports)]
+pub use against_cpu::{cpu, random, uniform, Tol};
+
 /// The backend on wgpu:0, opened once per test binary; `None` (printing why) without one.
 pub fn backend() -> Option<Arc<WgpuBackend>> {
     static OPENED: OnceLock<Result<Arc<WgpuBackend>, String>> = OnceLock::new();
@@ -28,43 +35,12 @@ pub fn gpu() -> Option<Session> {
     Some(Session::new(b).with_host(Arc::new(CpuBackend::new())))
 }
 
-/// A session on the CPU alone: the reference.
-pub fn cpu() -> Session {
-    Session::new(Arc::new(CpuBackend::new()))
-}
-
-/// Seeded values uniform in `[lo, hi)` (xorshift; a different seed per input).
-pub fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
-
-/// An f32 tensor of `dims` filled by [`uniform`].
-pub fn random(dims: &[usize], seed: u64, lo: f32, hi: f32) -> Tensor {
-    Tensor::from_vec(uniform(dims.iter().product(), seed, lo, hi), dims).unwrap()
-}
-
 pub fn input(g: &mut Graph, name: &str, dtype: DType, dims: &[usize]) -> ValueId {
     g.input(name, TensorType::new(dtype, Shape::of(dims)))
 }
 
-/// `|a − b| ≤ rtol·max(|b|, floor·scale)`, `scale` the largest finite magnitude of the
-/// output: a floor of 1 bounds the error by the output's scale (sums of both signs).
-#[derive(Clone, Copy, Debug)]
-pub struct Tol {
-    pub rtol: f64,
-    pub floor: f64,
-}
-
 /// f32 kernels: within 1e-5 of the CPU's value, relative to the output's scale.
-pub const F32: Tol = Tol { rtol: 1e-5, floor: 1.0 };
+pub const F32: Tol = Tol::norm(1e-5);
 /// Exact agreement (data movement, integers, comparisons).
 pub const EXACT: Tol = Tol { rtol: 0.0, floor: 0.0 };
 
@@ -84,16 +60,8 @@ pub fn agree(gpu: &Session, g: &Graph, inputs: &[(&str, Tensor)], tol: Tol, kind
     compare(&got, &want, tol);
 }
 
-/// Every output of `got` agrees with `want` within `tol` (NaNs and infinities exactly).
+/// Every output of `got` agrees with the CPU's `want` within `tol` (NaNs and infinities
+/// exactly).
 pub fn compare(got: &[Tensor], want: &[Tensor], tol: Tol) {
-    assert_eq!(got.len(), want.len());
-    for (o, (x, y)) in got.iter().zip(want).enumerate() {
-        assert_eq!((x.dtype(), x.shape()), (y.dtype(), y.shape()), "output {o}");
-        let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
-        let scale = y.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs()));
-        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
-            let same = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol.rtol * b.abs().max(tol.floor * scale);
-            assert!(same, "output {o} element {i}: wgpu {a}, cpu {b}");
-        }
-    }
+    against_cpu::compare_on("wgpu", got, want, tol);
 }
