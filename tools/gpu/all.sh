@@ -25,12 +25,10 @@ step() {
 }
 mkdir -p "$out/logs"
 [ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device
-step 330 bash tools/gpu/check.sh
+step 300 bash tools/gpu/check.sh
 cp target/device/*.log "$out/logs/" 2>/dev/null
 step 40 target/device/bin/sdpa
 step 40 target/device/bin/decode 128
-# The same with programmatic dependent launch (off by default), to see what it changes.
-RLX_CUDA_PDL=1 step 30 target/device/bin/decode 64
 step 60 target/device/bin/train_step 16
 step 25 target/device/bin/minilm bf16 --profile
 if [ "${PEERS:-1}" != 0 ]; then

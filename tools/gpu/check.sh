@@ -6,14 +6,25 @@ cd "$(dirname "$0")/../.."
 [ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
+# Every test binary at once (each its own context on the one GPU, its tests one at a time):
+# their CPU references and kernel builds overlap instead of queueing.
+names=()
+trap 'kill $(jobs -p) 2> /dev/null; exit 124' TERM INT
 for bin in target/device/bin/*; do
   # The benches run from bench.sh, the command below; the NVRTC check needs no GPU (CI runs it).
   case "$(basename "$bin")" in gemm | sdpa | minilm | decode | train_step | nvrtc | rlx) continue ;; esac
   name=$(basename "$bin")
-  start=$(date +%s%N)
-  if "$bin" --test-threads=1 > "target/device/$name.log" 2>&1; then result=pass; else result=FAIL; status=1; fi
+  names+=("$name")
+  ( start=$(date +%s%N)
+    "$bin" --test-threads=1 > "target/device/$name.log" 2>&1
+    echo "$? $(( ($(date +%s%N) - start) / 1000000 ))" > "target/device/$name.rc" ) &
+done
+wait
+for name in "${names[@]}"; do
+  read -r rc ms < "target/device/$name.rc"
+  if [ "$rc" = 0 ]; then result=pass; else result=FAIL; status=1; fi
   summary=$(grep -E "^test result" "target/device/$name.log" | tail -1)
-  printf '%-10s %-6s %7d ms  %s\n' "$name" "$result" $(( ($(date +%s%N) - start) / 1000000 )) "$summary"
+  printf '%-10s %-6s %7d ms  %s\n' "$name" "$result" "$ms" "$summary"
   [ "$result" = FAIL ] && grep -A1 "panicked" "target/device/$name.log" | grep -v "^--" | head -30
   grep -E "^skipped" "target/device/$name.log" | sort | uniq -c
 done

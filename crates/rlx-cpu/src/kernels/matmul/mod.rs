@@ -236,15 +236,19 @@ pub fn matmul_prepacked(a: In, b: In, packed: &PackedB, out: &mut Out) -> Result
     sgemm_prepacked(a, b, packed, MatMut::row_major(out.get::<f32>(), m, n), false, true, None)
 }
 
-/// Copies `x` with its axes reordered: output axis `i` is input axis `perm[i]`.
-pub fn permuted(x: In, perm: &[usize]) -> Vec<u8> {
+/// `x` with its axes reordered (output axis `i` is input axis `perm[i]`): a copy, or `x`'s own
+/// bytes where the order is unchanged.
+pub fn permuted<'a>(x: In<'a>, perm: &[usize]) -> std::borrow::Cow<'a, [u8]> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return std::borrow::Cow::Borrowed(x.bytes);
+    }
     let size = x.dtype.size();
     let dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
     let src = strides(x.dims);
     let walk: Vec<usize> = perm.iter().map(|&p| src[p]).collect();
     let mut out = vec![0u8; x.bytes.len()];
     for_each_broadcast(&dims, [&walk], |o, [i]| out[o * size..(o + 1) * size].copy_from_slice(&x.bytes[i * size..(i + 1) * size]));
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// `DotGeneral` (jax.lax.dot_general): both sides are permuted to `[batch, free, contract]` /
