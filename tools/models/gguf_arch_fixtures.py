@@ -161,7 +161,7 @@ def reference(path, seed):
 
     llm = llama_cpp.Llama(str(path), n_ctx=64, n_batch=64, n_ubatch=64, n_threads=1, n_threads_batch=1,
                           type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32, flash_attn=False,
-                          swa_full=True, seed=seed, verbose=False)
+                          swa_full=True, logits_all=True, seed=seed, verbose=False)
     rng = random.Random(seed)
     vocab = llm.n_vocab()
     prompt = [rng.randrange(vocab) for _ in range(PROMPT_LEN)]
