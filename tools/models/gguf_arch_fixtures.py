@@ -2,14 +2,16 @@
 converter, and llama.cpp's greedy continuations of them, for rlx's GGUF loader.
 
     pip download --no-binary :all: --no-deps llama-cpp-python   # the sdist: converter + gguf-py
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON" \\
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DLLAVA_BUILD=OFF" \\
         pip install ./llama_cpp_python-0.3.36          # llama.cpp itself, from the same sdist
+        # (AVX-512 only where the CPU has it: an AVX-512 build dies with SIGILL on AVX2 machines)
     pip install torch transformers tokenizers safetensors sentencepiece numpy protobuf
     python tools/models/gguf_arch_fixtures.py --llama-cpp llama_cpp_python-0.3.36/vendor/llama.cpp
         # -> fixtures/models/gguf-tiny/<name>.gguf and <name>.json
 
 Written with llama-cpp-python 0.3.36 (its vendored llama.cpp, convert_hf_to_gguf.py and gguf-py),
-transformers 5.24.0, torch 2.15.0, tokenizers 0.23.3, sentencepiece 0.2 (Python 3.11).
+transformers 5.25.0, torch 2.15.0, tokenizers 0.23.3, sentencepiece 0.2.3, numpy 2.4.6 (Python 3.11),
+built without AVX-512.
 
 Each model is a transformers checkpoint with every weight redrawn (`hf_tiny_fixtures.randomize`),
 saved with a tokenizer trained here, and converted by `convert_hf_to_gguf.py` exactly as a user
