@@ -7,7 +7,7 @@ use crate::error::{ModelError, Result};
 use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
 use rlx_ir::ops::quant::{DequantGroupedMatMul, QuantScheme};
 use rlx_ir::ops::reduce::ReduceOp;
-use rlx_ir::{DType, Dim, Shape, ValueId};
+use rlx_ir::{DType, ValueId};
 
 impl Builder<'_> {
     /// Layer `l`'s queries, keys and values of `a [S, d]`, biases added where the variant
@@ -51,7 +51,7 @@ impl Builder<'_> {
         let p = |n: &str| format!("blk.{l}.{n}");
         let var = &c.variant;
         if let Some(moe) = &var.moe {
-            return self.experts(moe, c.d_model, l, f);
+            return self.experts(moe, l, f);
         }
         let (gate, up) = if self.w.has(&p("ffn_gate.weight")) {
             let gate = self.linear(&p("ffn_gate.weight"), f)?;
@@ -72,9 +72,9 @@ impl Builder<'_> {
     }
 
     /// The mixture of experts of layer `l` on `x [S, d]`: router softmax, the `used` best
-    /// experts per token with their weights renormalised, each token's row repeated once per
-    /// chosen expert through that expert's SwiGLU, and the weighted sum.
-    fn experts(&mut self, m: &Moe, d: usize, l: usize, x: ValueId) -> Result<ValueId> {
+    /// experts per token with their weights renormalised, and for each of the `used` choices
+    /// every token's row through its chosen expert's SwiGLU, summed so weighted.
+    fn experts(&mut self, m: &Moe, l: usize, x: ValueId) -> Result<ValueId> {
         let p = |n: &str| format!("blk.{l}.{n}");
         let router = self.linear(&p("ffn_gate_inp.weight"), x)?;
         let router = self.cast(router, DType::F32)?;
@@ -82,23 +82,26 @@ impl Builder<'_> {
         let best = self.g.top_k(probs, m.used)?;
         let total = self.g.reduce(ReduceOp::Sum, best[0], &[1], true)?;
         let weights = self.g.binary(BinaryOp::Div, best[0], total)?;
-        let ids = self.g.reshape(best[1], &[-1])?;
-        let s = self.g.ty(x).shape.dim(0).clone();
-        let rows = self.g.reshape(x, &[-1, 1, d as i64])?;
-        let rows = self
-            .g
-            .expand_to(rows, &Shape(vec![s, Dim::Static(m.used), Dim::Static(d)]))?;
-        let rows = self.g.reshape(rows, &[-1, d as i64])?;
-        let gate = self.expert(&p("ffn_gate_exps.weight"), rows, ids)?;
-        let up = self.expert(&p("ffn_up_exps.weight"), rows, ids)?;
-        let gate = self.g.activation(ActivationKind::Silu, gate)?;
-        let h = self.g.binary(BinaryOp::Mul, gate, up)?;
-        let out = self.expert(&p("ffn_down_exps.weight"), h, ids)?;
-        let out = self.g.reshape(out, &[-1, m.used as i64, d as i64])?;
-        let weights = self.g.reshape(weights, &[-1, m.used as i64, 1])?;
-        let weights = self.cast(weights, self.dtype)?;
-        let out = self.g.binary(BinaryOp::Mul, out, weights)?;
-        Ok(self.g.reduce(ReduceOp::Sum, out, &[1], false)?)
+        let mut sum = None;
+        for slot in 0..m.used {
+            let ids = self.g.narrow(best[1], 1, slot, 1)?;
+            let ids = self.g.reshape(ids, &[-1])?;
+            let gate = self.expert(&p("ffn_gate_exps.weight"), x, ids)?;
+            let up = self.expert(&p("ffn_up_exps.weight"), x, ids)?;
+            let gate = self.g.activation(ActivationKind::Silu, gate)?;
+            let h = self.g.binary(BinaryOp::Mul, gate, up)?;
+            let out = self.expert(&p("ffn_down_exps.weight"), h, ids)?;
+            let weight = self.g.narrow(weights, 1, slot, 1)?;
+            let weight = self.cast(weight, self.dtype)?;
+            let out = self.g.binary(BinaryOp::Mul, out, weight)?;
+            sum = Some(match sum {
+                Some(s) => self.g.binary(BinaryOp::Add, s, out)?,
+                None => out,
+            });
+        }
+        sum.ok_or_else(|| {
+            ModelError::Unsupported(format!("layer {l}: a mixture of experts that uses none"))
+        })
     }
 
     /// `x[i] · W[ids[i]]ᵀ` for the `[E, n, k]` expert stack `name`: ggml blocks multiplied
@@ -126,6 +129,12 @@ impl Builder<'_> {
                     ids,
                 )?;
                 self.cast(y, self.dtype)
+            }
+            Stored::F32(_) if self.declared(name).is_some() => {
+                let stack = self.declared(name).ok_or_else(|| {
+                    ModelError::Unsupported(format!("tensor `{name}` is not declared"))
+                })?;
+                Ok(self.g.grouped_matmul(x, stack, ids)?)
             }
             Stored::F32(t) => {
                 let &[e, n, k] = t.shape() else {
