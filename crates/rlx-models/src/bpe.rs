@@ -36,6 +36,8 @@ const TYPE_USER_DEFINED: i32 = 4;
 
 /// The GPT-2 word regex (contractions, letters, digits, other symbols, trailing whitespace).
 const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Qwen2's split (llama.cpp's spelling: contractions in either case, single digits).
+const QWEN2_WORDS: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A BPE tokenizer read from GGUF metadata or a tokenizer.json.
 pub struct BpeTokenizer {
@@ -141,6 +143,7 @@ fn pre_regexes(pre: &str) -> Option<Vec<&'static str>> {
     Some(match pre {
         "default" | "gpt2" | "gpt-2" => vec![GPT2_WORDS],
         "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" => vec![r"\p{N}", GPT2_WORDS],
+        "qwen2" | "deepseek-r1-qwen" => vec![QWEN2_WORDS],
         _ => return None,
     })
 }

@@ -20,6 +20,7 @@
 //! F32. A tied head and the embedding share one `[d, vocab]` matrix.
 
 pub mod batch;
+mod blocks;
 mod config;
 mod generate;
 mod kv_pool;
@@ -27,11 +28,11 @@ pub mod hf;
 mod variant;
 mod weights;
 
-pub use config::LlamaConfig;
+pub use config::{LlamaConfig, GGUF_ARCHS};
 pub use generate::{argmax, sample, Generator, Rng, Sampling, StepTimes};
 pub use hf::HfModel;
 pub use kv_pool::KvPool;
-pub use variant::{inverse_frequencies, RopeScaling, SlidingWindow, Variant};
+pub use variant::{inverse_frequencies, Moe, RopeScaling, SlidingWindow, Variant};
 pub use weights::{random_blocks, MappedBlocks, Stored, Weights};
 
 use weights::random_dense;
@@ -321,17 +322,13 @@ impl Llama {
         let pos = b.g.input(POS, TensorType::new(DType::I64, Shape(vec![Dim::Static(1)])));
         let out_rows = b.g.input(OUT_ROWS, TensorType::new(DType::I64, Shape(vec![Dim::sym("R")])));
         let positions = b.positions(tokens, pos)?;
-        let (cos, sin) = if var.llama_cpp_numerics && var.rope_scaling == RopeScaling::None {
-            llama_cpp_rope_tables(c.rope_base, c.rope_dim, capacity)
-        } else {
-            rope_tables(c.rope_base, c.rope_dim, &var.rope_scaling, capacity)
-        };
+        let (cos, sin) = rope_tables_for(var, c.rope_base, c.rope_dim, &var.rope_scaling, capacity);
         let (cos, sin) = b.rope_rows(&cos, &sin, c.rope_dim / 2, positions)?;
         let mask = b.causal_mask(positions, capacity)?;
         let local = var.sliding.as_ref();
         let (cos_local, sin_local) = match local.and_then(|w| w.rope_base) {
             Some(base) => {
-                let (cos, sin) = rope_tables(base, c.rope_dim, &RopeScaling::None, capacity);
+                let (cos, sin) = rope_tables_for(var, base, c.rope_dim, &RopeScaling::None, capacity);
                 b.rope_rows(&cos, &sin, c.rope_dim / 2, positions)?
             }
             None => (cos, sin),
@@ -413,17 +410,34 @@ impl Llama {
     }
 }
 
+/// The rope tables of `base` under `scaling`: llama.cpp's arithmetic for GGUF files where it
+/// applies (no scaling or linear), else f64 angles.
+fn rope_tables_for(var: &Variant, base: f64, n_rot: usize, scaling: &RopeScaling, n: usize) -> (Vec<f32>, Vec<f32>) {
+    match *scaling {
+        RopeScaling::None if var.llama_cpp_numerics => llama_cpp_rope_tables(base, n_rot, n),
+        RopeScaling::Linear { factor } if var.llama_cpp_numerics => llama_cpp_scaled_rope_tables(base, n_rot, n, 1.0 / factor as f32),
+        _ => rope_tables(base, n_rot, scaling, n),
+    }
+}
+
 /// llama.cpp's rope angles for positions `0..n`: the position times f32 powers of
 /// `base^(−2/n_rot)`, built up by repeated f32 products (GGUF models follow llama.cpp).
 fn llama_cpp_rope_tables(base: f64, n_rot: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+    llama_cpp_scaled_rope_tables(base, n_rot, n, 1.0)
+}
+
+/// [`llama_cpp_rope_tables`] with each angle times `freq_scale` (linear scaling's `1/factor`)
+/// in f32, as ggml does.
+fn llama_cpp_scaled_rope_tables(base: f64, n_rot: usize, n: usize, freq_scale: f32) -> (Vec<f32>, Vec<f32>) {
     let half = n_rot / 2;
     let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
     let step = (base as f32).powf(-2.0 / n_rot as f32);
     for p in 0..n {
         let mut theta = p as f32;
         for _ in 0..half {
-            cos.push(theta.cos());
-            sin.push(theta.sin());
+            let scaled = freq_scale * theta;
+            cos.push(scaled.cos());
+            sin.push(scaled.sin());
             theta *= step;
         }
     }
@@ -475,12 +489,7 @@ impl Builder<'_> {
             let slides = var.sliding.as_ref().is_some_and(|w| w.layers.get(l) == Some(&true));
             let at = if slides { local } else { global };
             let a = self.rms_norm(&p("attn_norm.weight"), x, c.eps)?;
-            let q = self.linear(&p("attn_q.weight"), a)?;
-            let k = self.linear(&p("attn_k.weight"), a)?;
-            let v = self.linear(&p("attn_v.weight"), a)?;
-            let q = self.bias(var.qkv_bias, &p("attn_q.bias"), q)?;
-            let k = self.bias(var.qkv_bias, &p("attn_k.bias"), k)?;
-            let v = self.bias(var.qkv_bias, &p("attn_v.bias"), v)?;
+            let (q, k, v) = self.qkv(c, l, a)?;
             let (q, k) = if var.qk_norm {
                 (self.head_norm(&p("attn_q_norm.weight"), q, h, hd, c.eps)?, self.head_norm(&p("attn_k_norm.weight"), k, hkv, hd, c.eps)?)
             } else {
@@ -496,14 +505,7 @@ impl Builder<'_> {
             let o = if var.post_norms { self.rms_norm(&p("post_attention_norm.weight"), o, c.eps)? } else { o };
             x = self.g.binary(BinaryOp::Add, x, o)?;
             let f = self.rms_norm(&p("ffn_norm.weight"), x, c.eps)?;
-            let gate = self.linear(&p("ffn_gate.weight"), f)?;
-            let gate = self.bias(var.ffn_bias, &p("ffn_gate.bias"), gate)?;
-            let gate = self.g.activation(var.ffn_act, gate)?;
-            let up = self.linear(&p("ffn_up.weight"), f)?;
-            let up = self.bias(var.ffn_bias, &p("ffn_up.bias"), up)?;
-            let f = self.g.binary(BinaryOp::Mul, gate, up)?;
-            let f = self.linear(&p("ffn_down.weight"), f)?;
-            let f = self.bias(var.ffn_bias, &p("ffn_down.bias"), f)?;
+            let f = self.feed_forward(c, l, f)?;
             let f = if var.post_norms { self.rms_norm(&p("post_ffw_norm.weight"), f, c.eps)? } else { f };
             x = self.g.binary(BinaryOp::Add, x, f)?;
         }

@@ -170,6 +170,7 @@ impl HfConfig {
             attn_softcap: None,
             final_softcap: softcap("final_logit_softcapping")?,
             sliding: None,
+            moe: None,
             llama_cpp_numerics: false,
         };
         if gemma {

@@ -33,6 +33,8 @@ pub struct Variant {
     pub final_softcap: Option<f32>,
     /// Layers that attend to a window of recent tokens only (Gemma3).
     pub sliding: Option<SlidingWindow>,
+    /// A mixture of experts in place of every layer's feed-forward (Qwen3-MoE).
+    pub moe: Option<Moe>,
     /// Follow llama.cpp's rope arithmetic (f32 angles by repeated products) instead of f64
     /// angles: set for GGUF files, whose reference implementation is llama.cpp. (Its f16 KV
     /// cache, built as graph ops, halved decode speed and moved no logit closer to llama.cpp's.)
@@ -55,9 +57,23 @@ impl Default for Variant {
             attn_softcap: None,
             final_softcap: None,
             sliding: None,
+            moe: None,
             llama_cpp_numerics: false,
         }
     }
+}
+
+/// A mixture-of-experts feed-forward as llama.cpp's Qwen3-MoE runs it: a router
+/// (`ffn_gate_inp`) scores the experts, softmax, the `used` best are kept and their weights
+/// renormalised to sum to 1, and the chosen experts' SwiGLU outputs (`ffn_{gate,up,down}_exps`)
+/// are summed so weighted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moe {
+    pub experts: usize,
+    /// Experts each token runs (`expert_used_count`).
+    pub used: usize,
+    /// Hidden width of one expert (`expert_feed_forward_length`).
+    pub d_ff: usize,
 }
 
 /// Sliding-window attention on some layers.

@@ -132,10 +132,15 @@ impl Weights {
         w
     }
 
-    /// The blocks of the `[n, k]` weight `name` (of type `ty`), where they lie in the file.
+    /// The blocks of the `[n, k]` weight `name` (of type `ty`), where they lie in the file; an
+    /// `[E, n, k]` expert stack as its `E·n` rows.
     pub(super) fn blocks(&self, name: &str, ty: GgufType, shape: &[usize]) -> Result<MappedBlocks> {
         let file = self.file.clone().ok_or_else(|| self.error(name, "is ggml blocks outside a GGUF file"))?;
-        let &[n, k] = shape else { return Err(self.error(name, &format!("is {ty:?} blocks of shape {shape:?}, expected a matrix"))) };
+        let (n, k) = match *shape {
+            [n, k] => (n, k),
+            [e, n, k] => (e * n, k),
+            _ => return Err(self.error(name, &format!("is {ty:?} blocks of shape {shape:?}, expected a matrix or a stack of them"))),
+        };
         let row = ty.row_bytes(k).map_err(|e| self.error(name, &e))?;
         Ok(MappedBlocks { file, tensor: name.to_string(), dims: [n, row] })
     }
