@@ -468,8 +468,10 @@ mod tests {
         assert!(apart(&ranges, sk), "disjoint ranges take the per-query path");
         let causal: Vec<(usize, usize)> = (0..64).map(|i| (0, 100 + i)).collect();
         assert!(!apart(&causal, 164), "a causal prefill block lane tiles");
-        let rows = |x: &[f32]| Rows { data: x, stride: d, width: d };
-        let hd = Head { q: rows(&q), k: rows(&k), v: rows(&v), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
+        fn rows(x: &[f32], d: usize) -> Rows<'_> {
+            Rows { data: x, stride: d, width: d }
+        }
+        let hd = Head { q: rows(&q, d), k: rows(&k, d), v: rows(&v, d), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
         let mut all = Scratch::default();
         block(&hd, 0, sq, &mut all);
         for qi in 0..sq {
