@@ -458,7 +458,7 @@ mod tests {
         // per-query dot products, a causal prefill block lane tiles, and each query's output is
         // the bits it gets alone and the f64 softmax over its own keys.
         let (d, lens) = (64, [5, 130, 1, 77, 128, 200, 40, 3]);
-        let starts: Vec<usize> = lens.iter().scan(0, |end, &l| Some(std::mem::replace(end, (*end + l).next_multiple_of(128)))).collect();
+        let starts: Vec<usize> = lens.iter().scan(0usize, |end, &l| Some(std::mem::replace(end, (*end + l).next_multiple_of(128)))).collect();
         let (sq, sk) = (lens.len(), starts[7] + lens[7]);
         let (q, k, v) = (data(sq * d, 21), data(sk * d, 22), data(sk * d, 23));
         let bias: Vec<f32> = (0..sq * sk).map(|n| if (starts[n / sk]..starts[n / sk] + lens[n / sk]).contains(&(n % sk)) { 0.0 } else { -1e9 }).collect();
