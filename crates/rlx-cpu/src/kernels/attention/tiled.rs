@@ -2,8 +2,10 @@
 //! block of queries, the logits of one key tile come straight from the key rows against the
 //! block's queries stored lane-wise, the online softmax rescales the block's running output,
 //! and `P·V` is added straight from the value rows (`micro.rs`); no key tile is packed.
-//! Blocks of a few queries (decode) instead take dot products over contiguous key rows, in
-//! the same order of operations per query, so a query's output is the same bits in either.
+//! Blocks of a few queries (decode), and blocks whose queries see mostly different keys (a
+//! batched decode step: each sequence's query over its own cache), instead take dot products
+//! over each query's own key rows, in the same order of operations per query, so a query's
+//! output is the same bits in either.
 //! Memory stays at one block × tile of logits, whatever the sequence length. Same results
 //! as the scalar kernel in `mod.rs` (which f64 keeps) up to f32 summation order.
 
@@ -21,6 +23,9 @@ const QB: usize = 64;
 const KT: usize = 128;
 /// Blocks of fewer queries take dot products (a lane-wise tile would be mostly padding).
 const FEW: usize = 8;
+/// Lane tiles pay off once a block's queries score at least `1/SHARED` of its key span on
+/// average ([`apart`]).
+const SHARED: usize = 4;
 const NEG_INF: f32 = f32::NEG_INFINITY;
 
 /// The operands of one head `(b, h)` and the masking and transform of its logits.
@@ -118,7 +123,7 @@ fn block_generic(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
     let ranges = &ranges[..nq];
     let lo = ranges.iter().filter(|r| r.0 < r.1).map(|r| r.0).min().unwrap_or(0);
     let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-    let few = nq < FEW;
+    let few = nq < FEW || apart(ranges, hi - lo);
     let mut st = Softmax { max: [NEG_INF; QB], sum: [0.0; QB] };
     sc.acc.clear();
     sc.acc.resize(nq * dv, 0.0);
@@ -137,6 +142,16 @@ fn block_generic(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
         }
     }
     finish(hd, q0, &st, &mut sc.acc);
+}
+
+/// Whether a block's queries share too few keys for lane tiles, which score every query
+/// against the block's whole span of `span` keys: their own ranges cover under a quarter of
+/// `queries · span` (the sequences of a batched decode step, each over its own cache), so dot
+/// products over each query's own keys do less work.
+#[inline(always)]
+fn apart(ranges: &[(usize, usize)], span: usize) -> bool {
+    let own: usize = ranges.iter().map(|&(a, e)| e.saturating_sub(a)).sum();
+    own * SHARED < ranges.len() * span
 }
 
 /// One key tile `[t0, t0 + nk)` for a block stored lane-wise: logits `[nk][QB]`, masked and
@@ -432,6 +447,45 @@ mod tests {
             block(&hd, qi, 1, &mut one);
             for (x, y) in one.acc.iter().zip(&all.acc[qi * d..(qi + 1) * d]) {
                 assert_eq!(x.to_bits(), y.to_bits(), "query {qi}: {x} alone, {y} in the block");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batched_decode_block_scores_each_query_on_its_own_keys() {
+        // Eight queries, each seeing only its own run of keys from a multiple of 128 (the
+        // sequences of a batched decode step over the union of their caches): the block takes
+        // per-query dot products, a causal prefill block lane tiles, and each query's output is
+        // the bits it gets alone and the f64 softmax over its own keys.
+        let (d, lens) = (64, [5, 130, 1, 77, 128, 200, 40, 3]);
+        let starts: Vec<usize> = lens.iter().scan(0usize, |end, &l| Some(std::mem::replace(end, (*end + l).next_multiple_of(128)))).collect();
+        let (sq, sk) = (lens.len(), starts[7] + lens[7]);
+        let (q, k, v) = (data(sq * d, 21), data(sk * d, 22), data(sk * d, 23));
+        let bias: Vec<f32> = (0..sq * sk).map(|n| if (starts[n / sk]..starts[n / sk] + lens[n / sk]).contains(&(n % sk)) { 0.0 } else { -1e9 }).collect();
+        let extra = In { dtype: rlx_ir::DType::F32, dims: &[sq, sk], bytes: bytemuck::cast_slice(&bias) };
+        let mask = Masking::<f32>::new(MaskKind::Bias, Some(extra), 1, 1, sq, sk);
+        let ranges: Vec<(usize, usize)> = (0..sq).map(|qi| mask.range(qi)).collect();
+        assert!(apart(&ranges, sk), "disjoint ranges take the per-query path");
+        let causal: Vec<(usize, usize)> = (0..64).map(|i| (0, 100 + i)).collect();
+        assert!(!apart(&causal, 164), "a causal prefill block lane tiles");
+        fn rows(x: &[f32], d: usize) -> Rows<'_> {
+            Rows { data: x, stride: d, width: d }
+        }
+        let hd = Head { q: rows(&q, d), k: rows(&k, d), v: rows(&v, d), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
+        let mut all = Scratch::default();
+        block(&hd, 0, sq, &mut all);
+        for qi in 0..sq {
+            let mut one = Scratch::default();
+            block(&hd, qi, 1, &mut one);
+            let own = starts[qi]..starts[qi] + lens[qi];
+            let logit = |j: usize| (0..d).map(|p| f64::from(q[qi * d + p]) * f64::from(k[j * d + p])).sum::<f64>() * 0.125;
+            let m = own.clone().map(logit).fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = own.clone().map(|j| (logit(j) - m).exp()).sum();
+            for c in 0..d {
+                let want: f64 = own.clone().map(|j| (logit(j) - m).exp() / z * f64::from(v[j * d + c])).sum();
+                let (x, y) = (one.acc[c], all.acc[qi * d + c]);
+                assert_eq!(x.to_bits(), y.to_bits(), "query {qi}: {x} alone, {y} in the block");
+                assert!((f64::from(x) - want).abs() < 1e-5, "query {qi}: {x} vs {want}");
             }
         }
     }
