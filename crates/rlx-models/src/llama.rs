@@ -732,8 +732,9 @@ mod tests {
         let session = Session::new(std::sync::Arc::new(CpuBackend::new()));
         let mut want = Generator::new(Llama::build(&config, &w, 16).unwrap(), &session).unwrap();
         let mut got = Generator::new(Llama::build_as(&config, &w, 16, DType::BF16).unwrap(), &session).unwrap();
-        let bf16_params = got.model.graph.params().iter().filter(|(_, v)| got.model.graph.ty(*v).dtype == DType::BF16).count();
-        assert_eq!(bf16_params, got.model.graph.params().len(), "every weight and cache is BF16");
+        let graph = got.compiled().graph();
+        let bf16_params = graph.params().iter().filter(|(_, v)| graph.ty(*v).dtype == DType::BF16).count();
+        assert_eq!(bf16_params, graph.params().len(), "every weight and cache is BF16");
         let (mut w, mut g) = (want.feed(&[3, 50, 7]).unwrap(), got.feed(&[3, 50, 7]).unwrap());
         for step in 0..4 {
             assert!(normwise(&g, &w) < 3e-2, "step {step}: logits differ by {}", normwise(&g, &w));

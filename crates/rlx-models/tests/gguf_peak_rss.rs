@@ -13,16 +13,16 @@
 //! reset to the current figure through `/proc/self/clear_refs` once the pages are in). Should
 //! any such page come in later (a library loaded during the run), it stays in the figure, so
 //! the figure can only overstate the model's peak. The test binary holds only this test, so
-//! the peak is this load's. Linux only; skipped when the model is absent.
+//! the peak is this load's. Linux only; skipped when the model is absent
+//! (failing instead with `RLX_REQUIRE_MODELS=1`).
 //!
-//! Measured on the 2-core EPYC (docs/BENCHMARKS.md), 24 runs: 106.4–108.9 MB against the
-//! bound's 109.5 MB (1.069–1.094× file + arena + KV cache), the peak at the end of generation.
-//! 17 runs land at 106.4–106.8 MB, 7 at 107.7–108.9 MB; the difference sits in the allocator
-//! arenas of the thread pool that runs the steps (0.7 MB in low runs, 1.7–2.2 MB in high ones,
-//! per `/proc/self/smaps`), which keep freed step temporaries. Beyond the weights: the
-//! tokenizer, graphs and plans (the embedding's hoisted identity among them, held once for
-//! both plans), allocator overhead and thread stacks. Within the bound every time, but by
-//! under 1 MB in the worst runs, too little to hold on every machine, so ignored.
+//! Measured on the 2-core EPYC (docs/BENCHMARKS.md), 22 runs: 106.2–107.0 MB against the
+//! bound's 109.5 MB (1.067–1.075× file + arena + KV cache), the peak at the end of generation.
+//! Runs used to fall in two groups, the high one up to 108.9 MB (1.094×): the thread pool's
+//! allocator arenas kept each run's freed output copies (1.7–2.2 MB); outputs are now read on
+//! the caller's thread, which reuses them, and each pool arena holds ~0.14 MB. Beyond the
+//! weights: the tokenizer, graphs and plans (the embedding's hoisted identity among them,
+//! held once for both plans), allocator overhead and thread stacks.
 
 use rlx_cpu::CpuBackend;
 use rlx_models::llama::{GgufModel, Generator, Llama, Sampling};
@@ -129,7 +129,6 @@ fn report(stage: &str, model: &Path) {
 
 #[cfg(target_os = "linux")]
 #[test]
-#[ignore = "issue 19: 1.069–1.094× file + arena + KV cache on the 2-core EPYC, within the 1.1× bound by under 1 MB in the worst runs"]
 fn peak_rss_is_the_file_and_planned_memory_plus_a_tenth() {
     let Some(path) = model() else { return };
     let path = std::fs::canonicalize(&path).expect("the model's path");

@@ -197,12 +197,12 @@ impl<E: Engine> Executor<E> {
     /// Runs the plan for `inputs`, makes each output `o` of `updates` (`(output, parameter)`)
     /// the new value of its parameter, and gives every other output, in order, as `out` reads
     /// it from the plan's memory.
-    fn run_with<R: Send>(
+    fn run_with<R>(
         &mut self,
         inputs: &[Feed<'_, E::Buffer>],
         bindings: &Bindings,
         updates: &[(usize, usize)],
-        out: impl Fn(&Ran<'_, E>, usize) -> Result<R> + Sync,
+        out: impl Fn(&Ran<'_, E>, usize) -> Result<R>,
     ) -> Result<Vec<R>> {
         let dims: Vec<Vec<usize>> = inputs.iter().map(|f| f.dims().to_vec()).collect();
         let engine = self.engine.clone();
@@ -212,15 +212,19 @@ impl<E: Engine> Executor<E> {
         let Executor { plans, params, prepared, empty, profiling, epoch, layout, .. } = self;
         let plan = plans.get_mut(&key).expect("plan was made above");
         let (profiling, at) = (*profiling, *epoch);
-        let outputs = engine.scope(|| {
+        engine.scope(|| {
             plan.hold_weights(&engine, params, prepared, empty, at, layout)?;
-            plan.run(&engine, params, prepared, empty, inputs, profiling, *layout)?;
-            let mut ran: Ran<'_, E> = Ran { engine: &engine, plan, params, prepared, empty, layout };
-            for &(o, p) in updates {
-                ran.update(o, p)?;
-            }
-            (0..ran.plan.graph.outputs().len()).filter(|o| !updates.iter().any(|u| u.0 == *o)).map(|o| out(&ran, o)).collect::<Result<Vec<R>>>()
+            plan.run(&engine, params, prepared, empty, inputs, profiling, *layout)
         })?;
+        // Outputs are read on the caller's thread, not in the launches' context (a CPU pool
+        // worker): the buffers they are read into then come from the caller's allocator arena,
+        // which the next run's outputs reuse, instead of a worker's, which keeps them once
+        // freed.
+        let mut ran: Ran<'_, E> = Ran { engine: &engine, plan, params, prepared, empty, layout };
+        for &(o, p) in updates {
+            ran.update(o, p)?;
+        }
+        let outputs = (0..ran.plan.graph.outputs().len()).filter(|o| !updates.iter().any(|u| u.0 == *o)).map(|o| out(&ran, o)).collect::<Result<Vec<R>>>()?;
         if !updates.is_empty() {
             *epoch += 1;
         }
