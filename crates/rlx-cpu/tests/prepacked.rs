@@ -93,6 +93,34 @@ fn a_weight_held_only_packed_reads_back_and_serves_few_row_runs() {
     }
 }
 
+#[test]
+fn copies_share_the_packed_weight_and_own_what_they_set() {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape(vec![Dim::Sym("m".into()), Dim::Static(K)])));
+    let w = g.param("w", TensorType::of(DType::F32, &[K, N]));
+    let y = g.matmul(x, w).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let mut first = session().compile(&g).unwrap();
+    let ws = randn(K * N, 41);
+    first.set_param("w", Tensor::from_vec(ws.clone(), &[K, N]).unwrap()).unwrap();
+    let xs = randn(ROWS * K, 42);
+    let xt = Tensor::from_vec(xs.clone(), &[ROWS, K]).unwrap();
+    let want = first.run(&[("x", &xt)]).unwrap();
+    assert_near(&want[0], &product(&xs, &ws, K, N), "before sharing");
+    let mut copy = first.share().unwrap();
+    assert_eq!(copy.run(&[("x", &xt)]).unwrap()[0].bytes(), want[0].bytes(), "the copy, bit for bit");
+    // A shape neither has run, on the few-rows path that reads the weight as given.
+    let few = randn(2 * K, 43);
+    let out = copy.run(&[("x", &Tensor::from_vec(few.clone(), &[2, K]).unwrap())]).unwrap();
+    assert_near(&out[0], &product(&few, &ws, K, N), "the copy, 2 rows");
+    // Setting the weight in the copy leaves the original's.
+    let other = randn(K * N, 44);
+    copy.set_param("w", Tensor::from_vec(other.clone(), &[K, N]).unwrap()).unwrap();
+    assert_near(&copy.run(&[("x", &xt)]).unwrap()[0], &product(&xs, &other, K, N), "the copy after set_param");
+    assert_eq!(first.run(&[("x", &xt)]).unwrap()[0].bytes(), want[0].bytes(), "the original after the copy's set_param");
+    assert_eq!(first.param("w").unwrap().to_vec::<f32>().unwrap(), ws, "the original's weight read back");
+}
+
 /// Cross-correlation of `x [c_in, h, w]` with `w [c_out, c_in, k, k]` at `stride`, padding
 /// `k / 2`, in float64: `[c_out, h_o, w_o]`.
 fn conv(x: &[f32], [c_in, h, wd]: [usize; 3], w: &[f32], [c_out, k]: [usize; 2], stride: usize) -> Vec<f64> {

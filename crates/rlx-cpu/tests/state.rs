@@ -1,6 +1,7 @@
 //! Graph state: a `KvAppend` whose cache is a parameter writes that parameter in place, so
 //! the cache persists across runs; checked against a cache kept by hand beside it. A
-//! recurrent layer whose carry is a parameter has its final state written back into it.
+//! recurrent layer whose carry is a parameter has its final state written back into it. A copy
+//! made by `share` keeps a cache of its own.
 
 mod common;
 
@@ -52,6 +53,27 @@ fn cache_parameter_persists_across_runs() {
         let sum: f64 = want.iter().map(|&v| f64::from(v)).sum();
         assert!((f64::from(out[1].to_vec::<f32>().unwrap()[0]) - sum).abs() < 1e-4);
     }
+}
+
+#[test]
+fn copies_sharing_parameters_keep_their_own_state() {
+    let mut first = dynamic_graph();
+    let step = |c: &mut CompiledGraph, rows: &[f32], at: i64| {
+        let rt = Tensor::from_vec(rows.to_vec(), &[2, rows.len() / 6, 3]).unwrap();
+        c.run(&[("rows", &rt), ("at", &Tensor::from_vec(vec![at], &[1]).unwrap())]).unwrap();
+    };
+    let (a, b, d) = (randn(12, 51), randn(6, 52), randn(18, 53));
+    step(&mut first, &a, 0);
+    let mut copy = first.share().unwrap();
+    step(&mut copy, &b, 2);
+    step(&mut first, &d, 4);
+    let (mut want_first, mut want_copy) = (vec![0f32; 2 * CAP * 3], vec![0f32; 2 * CAP * 3]);
+    write_by_hand(&mut want_first, &a, 0);
+    write_by_hand(&mut want_copy, &a, 0);
+    write_by_hand(&mut want_copy, &b, 2);
+    write_by_hand(&mut want_first, &d, 4);
+    assert_eq!(first.param("cache").unwrap().to_vec::<f32>().unwrap(), want_first, "the original's cache");
+    assert_eq!(copy.param("cache").unwrap().to_vec::<f32>().unwrap(), want_copy, "the copy's cache");
 }
 
 #[test]

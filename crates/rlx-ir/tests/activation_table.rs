@@ -50,7 +50,7 @@ fn reference(kind: ActivationKind, x: f64) -> f64 {
             0.5 * x * (1.0 + libm::tanh(k * (x + 0.044715 * libm::pow(x, 3.0))))
         }
         Silu => x * sigmoid(x),
-        Relu => if x > 0.0 { x } else { 0.0 },
+        Relu => if x < 0.0 { 0.0 } else { x },
         Sigmoid => sigmoid(x),
         Tanh => libm::tanh(x),
         Exp => libm::exp(x),
@@ -300,7 +300,7 @@ fn emitted_sources_are_well_formed() {
 fn emitted_sources_read_as_expected() {
     assert_eq!(
         emit::function(Target::CudaC, "relu", &forward_expr(Relu)),
-        "__device__ __forceinline__ float relu(float x) {\n    const float t0 = (x > 0.0f) ? x : 0.0f;\n    return t0;\n}\n"
+        "__device__ __forceinline__ float relu(float x) {\n    const float t0 = (x < 0.0f) ? 0.0f : x;\n    return t0;\n}\n"
     );
     assert_eq!(
         emit::function(Target::Wgsl, "elu", &forward_expr(Elu)),

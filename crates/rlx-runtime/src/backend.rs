@@ -147,6 +147,15 @@ pub trait Executable: Send {
     fn profile(&self) -> Vec<NodeTime> {
         Vec::new()
     }
+
+    /// Another executable of the same graph that shares this one's parameters (their buffers
+    /// and prepared forms, one copy in memory for both) and has working memory of its own, so
+    /// that each of several threads runs one. Shared weights are only read: setting or
+    /// updating a parameter in one gives that one a buffer of its own, and parameters the
+    /// graph updates in place (state) are copied. A backend that cannot share says so.
+    fn share(&mut self) -> Result<Box<dyn Executable>> {
+        Err(crate::RuntimeError::Backend { backend: "executable".into(), msg: "this backend's compiled graphs cannot share parameters".into() })
+    }
 }
 
 #[cfg(test)]

@@ -97,6 +97,24 @@ impl CompiledGraph {
         Ok(index)
     }
 
+    /// Another compiled copy of this graph that shares its parameters instead of copying
+    /// them (one set of weights in memory for all copies) and has working memory of its own:
+    /// give each thread a copy, and each runs as this one would, bit for bit. Share after
+    /// setting the parameters and after a first run (which lays the weights out for their
+    /// kernels), so the copies share the laid-out forms too. Shared weights are only read:
+    /// `set_param` or `run_updating` on one copy gives that copy a buffer of its own, and graph
+    /// state (parameters updated in place) is copied.
+    pub fn share(&mut self) -> Result<CompiledGraph> {
+        Ok(CompiledGraph {
+            graph: self.graph.clone(),
+            report: self.report.clone(),
+            inputs: self.inputs.clone(),
+            params: self.params.clone(),
+            exec: self.exec.share()?,
+            partition: self.partition.clone(),
+        })
+    }
+
     /// The current value of a parameter.
     pub fn param(&self, name: &str) -> Result<Tensor> {
         let index = self.param_index(name)?;

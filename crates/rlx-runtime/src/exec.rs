@@ -41,10 +41,11 @@ use std::time::{Duration, Instant};
 pub struct Executor<E: Engine> {
     engine: Arc<E>,
     graph: Graph,
-    /// Per parameter: its buffer as given (with its dtype and dims), while held.
-    params: Vec<Option<Held<E::Buffer>>>,
-    /// Per parameter: its prepared form, once a plan's step has needed it.
-    prepared: Vec<Option<Prepared<E::Prepared>>>,
+    /// Per parameter: its buffer as given (with its dtype and dims), while held; shared with
+    /// the executors [`Executable::share`] made, read-only while shared.
+    params: Vec<Option<Arc<Held<E::Buffer>>>>,
+    /// Per parameter: its prepared form, once a plan's step has needed it (shared the same way).
+    prepared: Vec<Option<Arc<Prepared<E::Prepared>>>>,
     /// Plans by input dims, then the sizes bound to [`Executor::symbols`].
     plans: HashMap<Vec<Vec<usize>>, Plan<E>>,
     /// The symbolic dims the graph's values carry: a segment of a partitioned graph may size
@@ -78,6 +79,11 @@ impl<B> Held<B> {
     }
 }
 
+/// Every parameter's buffer as given, where held.
+type Params<B> = [Option<Arc<Held<B>>>];
+/// Every parameter's prepared form, where made.
+type Forms<P> = [Option<Arc<Prepared<P>>>];
+
 /// A prepared weight with the dtype and dims of the weight it was made from.
 struct Prepared<P> {
     form: P,
@@ -93,7 +99,7 @@ impl<P> Prepared<P> {
 }
 
 /// The dtype and dims parameter `p` was set with, held as given or only prepared.
-fn held_type<'a, B, P>(params: &'a [Option<Held<B>>], prepared: &'a [Option<Prepared<P>>], p: usize) -> Option<TypeOf<'a>> {
+fn held_type<'a, B, P>(params: &'a Params<B>, prepared: &'a Forms<P>, p: usize) -> Option<TypeOf<'a>> {
     match (&params[p], &prepared[p]) {
         (Some(h), _) => Some((h.dtype, h.dims.as_slice())),
         (None, Some(prep)) => Some((prep.dtype, prep.dims.as_slice())),
@@ -231,6 +237,26 @@ impl<E: Engine> Executor<E> {
         Ok(outputs)
     }
 
+    /// The parameters a node updates in place or writes an output back to: graph state, which
+    /// each executor needs a buffer of its own for.
+    fn state_params(&self) -> Vec<usize> {
+        let params = self.graph.params();
+        let mut out: Vec<usize> = self
+            .graph
+            .nodes()
+            .iter()
+            .flat_map(|n| {
+                let def = n.op.def();
+                let written = def.mutated_inputs().into_iter().chain(def.written_back().into_iter().map(|(_, i)| i));
+                written.filter_map(|i| n.inputs.get(i).copied()).collect::<Vec<_>>()
+            })
+            .filter_map(|v| params.iter().position(|&(_, pv)| pv == v))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Each update's output has the dtype and dims of its parameter, where that is set.
     fn check_updates(&self, plan: &Plan<E>, updates: &[(usize, usize)]) -> Result<()> {
         for &(o, p) in updates {
@@ -258,8 +284,8 @@ type TypeOf<'a> = (DType, &'a [usize]);
 struct Ran<'a, E: Engine> {
     engine: &'a E,
     plan: &'a Plan<E>,
-    params: &'a mut [Option<Held<E::Buffer>>],
-    prepared: &'a mut [Option<Prepared<E::Prepared>>],
+    params: &'a mut Params<E::Buffer>,
+    prepared: &'a mut Forms<E::Prepared>,
     empty: &'a E::Buffer,
     layout: &'a mut u64,
 }
@@ -281,17 +307,18 @@ impl<E: Engine> Ran<'_, E> {
     }
 
     /// Makes graph output `o` the new value of parameter `p`, copied in the engine's memory
-    /// (into the parameter's buffer when it holds one of the same size).
+    /// (into the parameter's buffer when it holds one of the same size that no other executor
+    /// shares).
     fn update(&mut self, o: usize, p: usize) -> Result<()> {
         let v = self.plan.graph.outputs()[o];
         let value = self.plan.schedule.value(v);
         if value.slot == Slot::Param(p) {
             return Ok(());
         }
-        let fits = self.params[p].as_ref().is_some_and(|h| h.dtype == value.dtype && h.dims == value.dims);
+        let fits = self.params[p].as_mut().and_then(Arc::get_mut).is_some_and(|h| h.dtype == value.dtype && h.dims == value.dims);
         if !fits {
             let buf = self.engine.alloc(value.bytes())?;
-            self.params[p] = Some(Held { buf, dtype: value.dtype, dims: value.dims.clone() });
+            self.params[p] = Some(Arc::new(Held { buf, dtype: value.dtype, dims: value.dims.clone() }));
             *self.layout += 1;
         }
         let src = self.plan.arg(self.params, self.empty, value);
@@ -361,7 +388,7 @@ impl<E: Engine> Plan<E> {
     }
 
     /// The operand view of a value.
-    fn arg<'a>(&'a self, params: &'a [Option<Held<E::Buffer>>], empty: &'a E::Buffer, value: &'a Value) -> Arg<'a, E::Buffer> {
+    fn arg<'a>(&'a self, params: &'a Params<E::Buffer>, empty: &'a E::Buffer, value: &'a Value) -> Arg<'a, E::Buffer> {
         let (buf, offset, len) = match value.slot {
             Slot::Arena { offset, len } => (&self.arena, offset, len),
             Slot::Param(p) => match &params[p] {
@@ -381,15 +408,15 @@ impl<E: Engine> Plan<E> {
     fn hold_weights(
         &mut self,
         engine: &E,
-        params: &mut [Option<Held<E::Buffer>>],
-        prepared: &mut [Option<Prepared<E::Prepared>>],
+        params: &mut Params<E::Buffer>,
+        prepared: &mut Forms<E::Prepared>,
         empty: &E::Buffer,
         epoch: u64,
         layout: &mut u64,
     ) -> Result<()> {
         for &p in &self.schedule.unprepared_params {
             if let (None, Some(prep)) = (&params[p], &prepared[p]) {
-                params[p] = Some(prep.unprepare(engine)?);
+                params[p] = Some(Arc::new(prep.unprepare(engine)?));
                 *layout += 1;
             }
         }
@@ -416,16 +443,26 @@ impl<E: Engine> Plan<E> {
                     if self.schedule.unprepared_params.contains(&p) {
                         if let Some(h) = &params[p] {
                             let form = engine.prepare(op, h.arg(), out_dims)?;
-                            prepared[p] = form.map(|form| Prepared { form, dtype: h.dtype, dims: h.dims.clone() });
+                            prepared[p] = form.map(|form| Arc::new(Prepared { form, dtype: h.dtype, dims: h.dims.clone() }));
                             *layout += 1;
                         }
-                    } else if let Some(Held { buf, dtype, dims }) = params[p].take() {
-                        match engine.prepare_owned(op, buf, dtype, &dims, out_dims)? {
-                            Ok(form) => {
-                                prepared[p] = Some(Prepared { form, dtype, dims });
-                                *layout += 1;
-                            }
-                            Err(buf) => params[p] = Some(Held { buf, dtype, dims }),
+                    } else if let Some(held) = params[p].take() {
+                        match Arc::try_unwrap(held) {
+                            Ok(Held { buf, dtype, dims }) => match engine.prepare_owned(op, buf, dtype, &dims, out_dims)? {
+                                Ok(form) => {
+                                    prepared[p] = Some(Arc::new(Prepared { form, dtype, dims }));
+                                    *layout += 1;
+                                }
+                                Err(buf) => params[p] = Some(Arc::new(Held { buf, dtype, dims })),
+                            },
+                            // Another executor reads the buffer too: prepare a copy.
+                            Err(held) => match engine.prepare(op, held.arg(), out_dims)? {
+                                Some(form) => {
+                                    prepared[p] = Some(Arc::new(Prepared { form, dtype: held.dtype, dims: held.dims.clone() }));
+                                    *layout += 1;
+                                }
+                                None => params[p] = Some(held),
+                            },
                         }
                     }
                 }
@@ -442,7 +479,7 @@ impl<E: Engine> Plan<E> {
     }
 
     /// Every parameter this plan reads is set, with the dims the plan was made for.
-    fn check_params(&self, params: &[Option<Held<E::Buffer>>], prepared: &[Option<Prepared<E::Prepared>>]) -> Result<()> {
+    fn check_params(&self, params: &Params<E::Buffer>, prepared: &Forms<E::Prepared>) -> Result<()> {
         let names = self.graph.params();
         for (p, (name, v)) in names.iter().enumerate() {
             let want = self.schedule.value(*v).dims.as_slice();
@@ -461,7 +498,7 @@ impl<E: Engine> Plan<E> {
 
     /// Launches one step (hoisted or scheduled) with its prepared weight, then its
     /// write-backs.
-    fn launch(&self, engine: &E, params: &[Option<Held<E::Buffer>>], empty: &E::Buffer, step: &Step, prepared: Option<&E::Prepared>) -> Result<()> {
+    fn launch(&self, engine: &E, params: &Params<E::Buffer>, empty: &E::Buffer, step: &Step, prepared: Option<&E::Prepared>) -> Result<()> {
         let node = self.graph.node(step.node);
         let kernel_error = |msg| RuntimeError::Kernel { op: node.op.kind().to_string(), node: step.node.0, msg };
         let value = |v: &ValueId| self.schedule.value(*v);
@@ -493,8 +530,8 @@ impl<E: Engine> Plan<E> {
     fn run(
         &mut self,
         engine: &E,
-        params: &[Option<Held<E::Buffer>>],
-        prepared: &[Option<Prepared<E::Prepared>>],
+        params: &Params<E::Buffer>,
+        prepared: &Forms<E::Prepared>,
         empty: &E::Buffer,
         inputs: &[Feed<'_, E::Buffer>],
         profiling: bool,
@@ -533,7 +570,7 @@ impl<E: Engine> Plan<E> {
     }
 
     /// Launches scheduled step `i` with its prepared weight.
-    fn step(&self, engine: &E, params: &[Option<Held<E::Buffer>>], prepared: &[Option<Prepared<E::Prepared>>], empty: &E::Buffer, i: usize) -> Result<()> {
+    fn step(&self, engine: &E, params: &Params<E::Buffer>, prepared: &Forms<E::Prepared>, empty: &E::Buffer, i: usize) -> Result<()> {
         let step = &self.schedule.steps[i];
         let weight = match step.weight {
             Some((_, Slot::Param(p))) => prepared[p].as_ref().map(|w| &w.form),
@@ -547,7 +584,7 @@ impl<E: Engine> Plan<E> {
 impl<E: Engine> Executable for Executor<E> {
     fn set_param(&mut self, index: usize, value: Tensor) -> Result<()> {
         let (dtype, dims) = (value.dtype(), value.shape().to_vec());
-        self.params[index] = Some(Held { buf: self.engine.adopt(value)?, dtype, dims });
+        self.params[index] = Some(Arc::new(Held { buf: self.engine.adopt(value)?, dtype, dims }));
         self.prepared[index] = None;
         self.epoch += 1;
         self.layout += 1;
@@ -558,7 +595,7 @@ impl<E: Engine> Executable for Executor<E> {
     fn set_param_bytes(&mut self, index: usize, dtype: DType, dims: &[usize], bytes: &[u8]) -> Result<()> {
         let buf = self.engine.alloc(bytes.len())?;
         self.engine.upload(&buf, 0, bytes)?;
-        self.params[index] = Some(Held { buf, dtype, dims: dims.to_vec() });
+        self.params[index] = Some(Arc::new(Held { buf, dtype, dims: dims.to_vec() }));
         self.prepared[index] = None;
         self.epoch += 1;
         self.layout += 1;
@@ -633,6 +670,36 @@ impl<E: Engine> Executable for Executor<E> {
             plan.times.clear();
         }
         true
+    }
+
+    /// Every plan made so far first holds its weights as it will run them (prepared where the
+    /// engine prepares them, and then not as given), so the copy shares the prepared forms; a
+    /// plan made later prepares in each executor the weights that neither holds prepared yet.
+    fn share(&mut self) -> Result<Box<dyn Executable>> {
+        let engine = self.engine.clone();
+        let all_set = (0..self.params.len()).all(|p| held_type(&self.params, &self.prepared, p).is_some());
+        if all_set {
+            let Executor { plans, params, prepared, empty, epoch, layout, .. } = self;
+            for plan in plans.values_mut() {
+                engine.scope(|| plan.hold_weights(&engine, params, prepared, empty, *epoch, layout))?;
+            }
+        }
+        let mut copy = Executor::new(engine.clone(), self.graph.clone())?;
+        copy.params = self.params.clone();
+        copy.prepared = self.prepared.clone();
+        for p in self.state_params() {
+            copy.prepared[p] = None;
+            copy.params[p] = match (&self.params[p], &self.prepared[p]) {
+                (Some(h), _) => {
+                    let buf = engine.alloc(h.bytes())?;
+                    engine.copy(h.arg(), Arg { buf: &buf, ..h.arg() })?;
+                    Some(Arc::new(Held { buf, dtype: h.dtype, dims: h.dims.clone() }))
+                }
+                (None, Some(prep)) => Some(Arc::new(prep.unprepare(&*engine)?)),
+                (None, None) => None,
+            };
+        }
+        Ok(Box::new(copy))
     }
 
     /// Steps of every plan (input shape) that ran while profiling.

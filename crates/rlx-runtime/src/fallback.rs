@@ -231,6 +231,16 @@ impl Executable for Partitioned {
         self.run_updating(inputs, bindings, &[])
     }
 
+    /// Each segment's executable shares its own parameters.
+    fn share(&mut self) -> Result<Box<dyn Executable>> {
+        let parts = self
+            .parts
+            .iter_mut()
+            .map(|p| Ok(Part { segment: p.segment.clone(), exec: p.exec.share()?, params: p.params.clone() }))
+            .collect::<Result<Vec<Part>>>()?;
+        Ok(Box::new(Partitioned { graph: self.graph.clone(), parts, keeper: self.keeper }))
+    }
+
     fn run_updating(&mut self, inputs: &[&Tensor], bindings: &Bindings, updates: &[(usize, usize)]) -> Result<Vec<Tensor>> {
         let values = self.values(inputs.iter().map(|&t| Crossing::Host(Cow::Borrowed(t), None)));
         let (mut values, kept) = self.execute(values, bindings, updates)?;

@@ -29,7 +29,8 @@ pub fn forward<T: Scalar>(kind: ActivationKind, x: T) -> T {
             T::of(0.5) * x * (T::of(1.0) + t)
         }
         Silu => x.clone() / (T::of(1.0) + (-x).exp()),
-        Relu => x.select(CmpOp::Gt, &T::of(0.0), || x.clone(), || T::of(0.0)),
+        // NaN passes, as `max(x, 0)` propagates it (`jax.nn.relu`, `torch.relu`).
+        Relu => x.select(CmpOp::Lt, &T::of(0.0), || T::of(0.0), || x.clone()),
         Sigmoid => sigmoid(x),
         Tanh => x.tanh(),
         Exp => x.exp(),
