@@ -248,7 +248,11 @@ mod tests {
         }
         let wide = Geom::of_output(&[56, 56], &[3, 3], &[1, 1], &[1, 1], &[1, 1]);
         let (tile, layout) = packing(64, &wide);
-        assert_eq!((layout, 64 % tile.mr), (Layout::RowsOfA, 0));
+        assert_eq!(layout, Layout::RowsOfA);
+        if avx512 {
+            // AVX-512's 8-row tile divides 64 channels; AVX2's tiles leave some rows padded.
+            assert_eq!(64 % tile.mr, 0);
+        }
     }
 
     #[test]
