@@ -33,6 +33,7 @@ use std::collections::{BinaryHeap, HashMap};
 const TYPE_UNKNOWN: i32 = 2;
 const TYPE_CONTROL: i32 = 3;
 const TYPE_USER_DEFINED: i32 = 4;
+const TYPE_UNUSED: i32 = 5;
 
 /// The GPT-2 word regex (contractions, letters, digits, other symbols, trailing whitespace).
 const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
@@ -72,6 +73,9 @@ enum Kind {
     Added,
     /// Matched verbatim only when specials are parsed; left out of decoded text unless asked for.
     Control,
+    /// Filler of the vocabulary (ggml's UNUSED, e.g. a converter's `[PAD…]`): never matched in
+    /// text, and decoded to nothing, as llama.cpp does.
+    Unused,
 }
 
 /// How a word becomes the symbols merging starts from, and how they merge.
@@ -325,6 +329,12 @@ impl BpeTokenizer {
             add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(add_bos),
             chat_template: gguf.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string),
         })
+        .map(|mut t| {
+            for (kind, _) in t.kinds.iter_mut().zip(types).filter(|(_, &ty)| ty == TYPE_UNUSED) {
+                *kind = Kind::Unused;
+            }
+            t
+        })
         .map_err(|e| match e {
             ModelError::Unsupported(m) => ModelError::Unsupported(format!("{}: {m}", gguf.path().display())),
             e => e,
@@ -508,6 +518,7 @@ impl BpeTokenizer {
     pub fn token_bytes(&self, id: u32, specials: bool) -> Vec<u8> {
         let Some(text) = self.vocab.get(id) else { return Vec::new() };
         match self.kinds[id as usize] {
+            Kind::Unused => Vec::new(),
             Kind::Control if !specials => Vec::new(),
             Kind::Control | Kind::Added => text.as_bytes().to_vec(),
             Kind::Model => match &self.symbols {
@@ -525,7 +536,7 @@ impl BpeTokenizer {
     pub fn decode(&self, ids: &[u32], specials: bool) -> String {
         let texts = || -> Vec<String> {
             ids.iter()
-                .filter(|&&id| specials || self.kinds.get(id as usize).is_some_and(|&k| k != Kind::Control))
+                .filter(|&&id| self.kinds.get(id as usize).is_some_and(|&k| k != Kind::Unused && (specials || k != Kind::Control)))
                 .filter_map(|&id| self.vocab.get(id).map(str::to_string))
                 .collect()
         };

@@ -156,7 +156,7 @@ fn a_training_step_keeps_weights_and_optimizer_state_on_the_device() {
 const TRAINING: &[OpKind] = {
     use OpKind::*;
     &[
-        Input, Param, Constant, MatMul, Binary, Activation, ElementwiseRegion, Softmax, LayerNorm, Attention, Reshape,
+        Input, Param, Constant, MatMul, DotGeneral, Binary, Activation, ElementwiseRegion, Softmax, LayerNorm, Attention, Reshape,
         Transpose, Expand, Gather, Reduce, Where, Compare, ActivationBackward, GatherBackward, AttentionBackward,
         AttentionBackwardAll, LayerNormBackwardInput, LayerNormBackwardGamma, SoftmaxCrossEntropyWithLogits,
         SoftmaxCrossEntropyBackward, FusedMatMulBiasAct, Cast, Fma, ReluBackward,
