@@ -22,6 +22,7 @@ mod quant;
 mod reduce;
 mod report;
 mod rows;
+mod stage;
 pub mod source;
 
 pub use claims::{CudaClaims, KINDS};

@@ -14,8 +14,9 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 /// One problem: dtype, `(m, n, k)`, batch count, the batch strides of A and B, whether each
-/// is stored transposed (row-major A `[K, M]`, B `[N, K]`), and what is added to the
-/// product before it is stored.
+/// is stored transposed (row-major A `[K, M]`, B `[N, K]`), the elements between stored rows
+/// of A, B and C (`ld`, at least a row's length), whether C holds f32 (sums kept across
+/// calls, A and B still f16 / bf16), and what is added to the product before it is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Problem {
     pub half: bool,
@@ -27,7 +28,16 @@ pub struct Problem {
     pub stride_b: i64,
     pub trans_a: bool,
     pub trans_b: bool,
+    pub ld: [usize; 3],
+    pub c_f32: bool,
     pub epilogue: Epilogue,
+}
+
+impl Problem {
+    /// The row lengths of A, B and C stored without gaps.
+    pub fn packed(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> [usize; 3] {
+        [if trans_a { m } else { k }, if trans_b { k } else { n }, n]
+    }
 }
 
 /// What cuBLASLt applies to the f32 sums before storing them.
@@ -81,8 +91,9 @@ impl Lt {
     }
 
     /// Runs `p` on pointers `a`, `b`, `c` (and `bias`, read where the epilogue adds one) with
-    /// `workspace` (`workspace_size` bytes), on `gpu`'s stream.
-    pub fn matmul(&self, gpu: &Gpu, p: Problem, (a, b, c, bias): (u64, u64, u64, u64), workspace: u64, workspace_size: usize) -> Result<()> {
+    /// `workspace` (`workspace_size` bytes), on `gpu`'s stream; `accumulate` adds the product
+    /// to what C holds.
+    pub fn matmul(&self, gpu: &Gpu, p: Problem, (a, b, c, bias): (u64, u64, u64, u64), workspace: u64, workspace_size: usize, accumulate: bool) -> Result<()> {
         let mut plans = self.plans.lock().map_err(|_| error("the cuBLASLt plans were poisoned by a panic"))?;
         let plan = match plans.entry(p) {
             Entry::Occupied(e) => e.into_mut(),
@@ -94,7 +105,7 @@ impl Lt {
             unsafe { lt::set_matmul_desc_attribute(plan.desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias as *const u64 as *const c_void, 8) }
                 .map_err(failed("bias"))?;
         }
-        let (one, zero) = (1f32, 0f32);
+        let (one, beta) = (1f32, if accumulate { 1f32 } else { 0f32 });
         // SAFETY: the plan describes matrices that lie inside the operands' ranges; the
         // workspace holds `workspace_size` bytes and is used only on this stream.
         unsafe {
@@ -102,7 +113,7 @@ impl Lt {
                 self.handle,
                 plan.desc,
                 &one as *const f32 as *const c_void,
-                &zero as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
                 b as *const c_void,
                 plan.layouts[0],
                 a as *const c_void,
@@ -139,8 +150,8 @@ impl Lt {
             // SAFETY: `desc` was just created; the attribute is a cublasOperation_t (4 bytes).
             unsafe { lt::set_matmul_desc_attribute(desc, attribute, &op as *const _ as *const c_void, std::mem::size_of_val(&op)) }.map_err(failed("transpose"))?;
         }
-        let layout = |rows: usize, cols: usize, stride: i64| -> Result<sys::cublasLtMatrixLayout_t> {
-            let l = lt::create_matrix_layout(dtype, rows as u64, cols as u64, rows as i64).map_err(failed("layout"))?;
+        let layout = |dtype: sys::cudaDataType_t, rows: usize, cols: usize, ld: usize, stride: i64| -> Result<sys::cublasLtMatrixLayout_t> {
+            let l = lt::create_matrix_layout(dtype, rows as u64, cols as u64, ld as i64).map_err(failed("layout"))?;
             if p.batch > 1 {
                 let count = p.batch as i32;
                 // SAFETY: `l` was just created; the attributes' sizes are their types'.
@@ -156,7 +167,12 @@ impl Lt {
         // Column-major, as stored: B is `n × k` (`k × n` transposed), A `k × m` (`m × k`).
         let (b_rows, b_cols) = if p.trans_b { (p.k, p.n) } else { (p.n, p.k) };
         let (a_rows, a_cols) = if p.trans_a { (p.m, p.k) } else { (p.k, p.m) };
-        let layouts = [layout(b_rows, b_cols, p.stride_b)?, layout(a_rows, a_cols, p.stride_a)?, layout(p.n, p.m, (p.m * p.n) as i64)?];
+        let c_dtype = if p.c_f32 { sys::cudaDataType_t::CUDA_R_32F } else { dtype };
+        let layouts = [
+            layout(dtype, b_rows, b_cols, p.ld[1], p.stride_b)?,
+            layout(dtype, a_rows, a_cols, p.ld[0], p.stride_a)?,
+            layout(c_dtype, p.n, p.m, p.ld[2], (p.m * p.ld[2]) as i64)?,
+        ];
         let pref = lt::create_matmul_pref().map_err(failed("preference"))?;
         // SAFETY: `pref` was just created; the workspace size is a u64 as the attribute wants.
         let chosen = unsafe {

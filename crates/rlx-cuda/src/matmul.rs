@@ -12,6 +12,7 @@ use crate::engine::{numel, CudaEngine};
 use crate::gpu::{driver, Gpu, BLAS_WORKSPACE};
 use crate::launch::{self, broadcast, Param};
 use crate::lt::{Epilogue, Problem};
+use crate::stage::Staging;
 use crate::memory::DevMem;
 use crate::rows::ptr;
 use crate::source::matmul::{self as src, TILE};
@@ -101,11 +102,29 @@ struct Operand {
 
 /// `count` products `c [m, n] = op(a) · op(b)` of `dtype` (row-major, batch items `m·n` apart
 /// in `c`): cuBLASLt for f16 / bf16, cuBLAS's strided-batched call (no TF32) for f32 / f64.
-fn product(gpu: &Gpu, dtype: DType, (m, n, k): (usize, usize, usize), count: usize, a: Operand, b: Operand, c: u64) -> Result<(), String> {
+fn product(e: &CudaEngine, op: &Op, dtype: DType, (m, n, k): (usize, usize, usize), count: usize, a: Operand, b: Operand, c: u64) -> Result<(), String> {
+    let gpu = &*e.gpu;
     if matches!(dtype, DType::F16 | DType::BF16) {
-        let problem =
-            Problem { half: dtype == DType::F16, m, n, k, batch: count, stride_a: a.stride, stride_b: b.stride, trans_a: a.trans, trans_b: b.trans, epilogue: Epilogue::None };
-        return gpu.lt.matmul(gpu, problem, (a.ptr, b.ptr, c, 0), gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string());
+        let problem = Problem {
+            half: dtype == DType::F16,
+            m,
+            n,
+            k,
+            batch: count,
+            stride_a: a.stride,
+            stride_b: b.stride,
+            trans_a: a.trans,
+            trans_b: b.trans,
+            ld: Problem::packed(m, n, k, a.trans, b.trans),
+            c_f32: false,
+            epilogue: Epilogue::None,
+        };
+        if count == 1 {
+            if let Some(staging) = Staging::new(&problem, [a.ptr, b.ptr, c], crate::stage::budget()) {
+                return staging.run(e, op, problem);
+            }
+        }
+        return gpu.lt.matmul(gpu, problem, (a.ptr, b.ptr, c, 0), gpu.workspace, BLAS_WORKSPACE, false).map_err(|e| e.to_string());
     }
     let (data, compute) = match dtype {
         DType::F32 => (sys::cudaDataType_t::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC),
@@ -159,7 +178,7 @@ fn zero(gpu: &Gpu, out: Arg<'_, DevMem>) -> Result<(), String> {
 }
 
 /// `out = a · b` for `a [.., M, K]`, `b [.., K, N]`, `out [batch.., M, N]`.
-pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Result<(), String> {
+pub fn matmul(e: &CudaEngine, op: &Op, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Result<(), String> {
     let gpu = &*e.gpu;
     let r = out.dims.len();
     let (m, n) = (out.dims[r - 2], out.dims[r - 1]);
@@ -189,7 +208,11 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
     let (pa, pb, pc) = (a.buf.at(a.offset), b.buf.at(b.offset), out.buf.at(out.offset));
     let plain = |ptr: u64, stride: i64| Operand { ptr, trans: false, stride };
     if let (Some(stride_a), Some(stride_b)) = (even(&sa, m * k), even(&sb, k * n)) {
-        return product(gpu, out.dtype, (m, n, k), items.max(1), plain(pa, stride_a), plain(pb, stride_b), pc);
+        if stride_b == 0 && stride_a != 0 {
+            // Items of A stacked, one B: a single product of all their rows.
+            return product(e, op, out.dtype, (items * m, n, k), 1, plain(pa, 0), plain(pb, 0), pc);
+        }
+        return product(e, op, out.dtype, (m, n, k), items.max(1), plain(pa, stride_a), plain(pb, stride_b), pc);
     }
     let own = crate::launch::contiguous(batch);
     for item in 0..items {
@@ -200,7 +223,7 @@ pub fn matmul(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'
             ob += at * sb[d];
         }
         let at = |p: u64, elems: i64| p + (elems as u64) * size as u64;
-        product(gpu, out.dtype, (m, n, k), 1, plain(at(pa, oa), 0), plain(at(pb, ob), 0), at(pc, (item * m * n) as i64))?;
+        product(e, op, out.dtype, (m, n, k), 1, plain(at(pa, oa), 0), plain(at(pb, ob), 0), at(pc, (item * m * n) as i64))?;
     }
     Ok(())
 }
@@ -258,7 +281,7 @@ pub fn dot_general(e: &CudaEngine, op: &Op, d: &DotGeneral, a: Arg<'_, DevMem>, 
     };
     let (sa, sb) = if batch > 1 { ((m * k) as i64, (k * n) as i64) } else { (0, 0) };
     // The product's scratch copies are freed on the stream, after it.
-    product(gpu, out.dtype, (m, n, k), batch.max(1), Operand { ptr: pa, trans: a_first, stride: sa }, Operand { ptr: pb, trans: !b_first, stride: sb }, out.buf.at(out.offset))
+    product(e, op, out.dtype, (m, n, k), batch.max(1), Operand { ptr: pa, trans: a_first, stride: sa }, Operand { ptr: pb, trans: !b_first, stride: sb }, out.buf.at(out.offset))
 }
 
 /// `FusedMatMulBiasAct`: `out = act(x·w + bias)` for `x [.., M, K]`, `w [K, N]`, `bias [N]`
@@ -295,10 +318,23 @@ pub fn bias_act(e: &CudaEngine, op: &Op, act: Option<ActivationKind>, ins: &[Arg
         Some(ActivationKind::GeluApprox) => (Epilogue::GeluBias, None),
         Some(other) => (Epilogue::Bias, Some(other)),
     };
-    let problem = Problem { half: out.dtype == DType::F16, m: rows, n, k, batch: 1, stride_a: 0, stride_b: 0, trans_a: false, trans_b: false, epilogue: lt_epilogue };
+    let problem = Problem {
+        half: out.dtype == DType::F16,
+        m: rows,
+        n,
+        k,
+        batch: 1,
+        stride_a: 0,
+        stride_b: 0,
+        trans_a: false,
+        trans_b: false,
+        ld: Problem::packed(rows, n, k, false, false),
+        c_f32: false,
+        epilogue: lt_epilogue,
+    };
     let gpu = &*e.gpu;
     let pointers = (x.buf.at(x.offset), w.buf.at(w.offset), out.buf.at(out.offset), bias.buf.at(bias.offset));
-    gpu.lt.matmul(gpu, problem, pointers, gpu.workspace, BLAS_WORKSPACE).map_err(|e| e.to_string())?;
+    gpu.lt.matmul(gpu, problem, pointers, gpu.workspace, BLAS_WORKSPACE, false).map_err(|e| e.to_string())?;
     match after {
         Some(a) => epilogue(false, Some(a)),
         None => Ok(()),

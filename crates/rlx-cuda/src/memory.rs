@@ -19,11 +19,21 @@ pub struct DevMem {
 impl DevMem {
     /// `bytes` of zeros: an out-of-memory error names the request and what the device has.
     pub(crate) fn zeroed(gpu: &Arc<Gpu>, bytes: usize) -> Result<DevMem> {
+        let mem = DevMem::uninit(gpu, bytes)?;
+        if bytes > 0 {
+            // SAFETY: `ptr` holds `bytes` bytes, allocated on this stream.
+            unsafe { cu::memset_d8_async(mem.ptr, 0, bytes, gpu.stream) }.map_err(driver("zeroing device memory"))?;
+        }
+        Ok(mem)
+    }
+
+    /// `bytes` whose contents are whatever the pool held: scratch that is written before it is read.
+    pub(crate) fn uninit(gpu: &Arc<Gpu>, bytes: usize) -> Result<DevMem> {
         gpu.bind()?;
         if bytes == 0 {
             return Ok(DevMem { ptr: 0, len: 0, gpu: gpu.clone() });
         }
-        // SAFETY: the stream belongs to the bound context; the memory is zeroed before use.
+        // SAFETY: the stream belongs to the bound context; the caller writes before reading.
         let ptr = match unsafe { cu::malloc_async(gpu.stream, bytes) } {
             Ok(ptr) => ptr,
             Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => {
@@ -36,10 +46,7 @@ impl DevMem {
             Err(e) => return Err(driver("allocating device memory")(e)),
         };
         gpu.usage.add(bytes);
-        let mem = DevMem { ptr, len: bytes, gpu: gpu.clone() };
-        // SAFETY: `ptr` holds `bytes` bytes, allocated on this stream.
-        unsafe { cu::memset_d8_async(ptr, 0, bytes, gpu.stream) }.map_err(driver("zeroing device memory"))?;
-        Ok(mem)
+        Ok(DevMem { ptr, len: bytes, gpu: gpu.clone() })
     }
 
     /// The device address `offset` bytes in.

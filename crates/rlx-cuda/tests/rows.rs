@@ -353,8 +353,10 @@ const NORM_BACKWARD: [OpKind; 5] =
 #[test]
 fn norm_gradients_over_rows_of_every_length_and_split_columns() {
     let Some(gpu) = gpu() else { return };
-    // Rows per warp and per block; enough rows (3000) that the parameter sums split.
-    for dims in [[5, 1], [7, 33], [3, 1000], [2, 4097], [3000, 96]] {
+    // Rows per warp and per block; enough rows (3000) that the parameter sums split. Rows of
+    // one or two elements are left out: their input gradients are all cancellation (zero for
+    // LayerNorm, g·r·ε/(x² + ε) for RmsNorm), rounding noise in any order of operations.
+    for dims in [[5, 3], [7, 33], [3, 1000], [2, 4097], [3000, 96]] {
         let (g, inputs) = norm_backward_graph(&dims, -1, DType::F32);
         agree_native(&gpu, &g, &inputs, tol(DType::F32, true), &NORM_BACKWARD);
     }

@@ -111,3 +111,40 @@ pub fn bias_act(d: DType, act: Option<ActivationKind>, bias: bool) -> Option<Sou
     );
     Some(Source { name: "bias and activation", code })
 }
+
+/// The kernels a staged product of `d` launches: padded copies and the f32 sums' rounding.
+pub fn staging(d: DType) -> impl Iterator<Item = Source> {
+    [rows_into(d, d), rows_into(d, DType::F32)].into_iter().flatten()
+}
+
+/// Rows of `cols` elements from `input` (rows `ld_in` apart) into f16 / bf16 `out` (rows
+/// `ld_out` apart): a padded copy of a half-precision matrix (`from` = `d`), or f32 sums
+/// rounded once into it (`from` = F32), for staged products (`crate::stage`). `k(out, in,
+/// rows, cols, ld_in, ld_out)`; blocks of 256 threads step over rows, four loads in flight
+/// per thread.
+pub fn rows_into(d: DType, from: DType) -> Option<Source> {
+    let c = ctype(d).filter(|_| matches!(d, DType::F16 | DType::BF16))?;
+    let (src, convert) = match from {
+        DType::F32 => ("float", c.store("v[u]")),
+        f if f == d => ("u16", "v[u]".to_string()),
+        _ => return None,
+    };
+    let code = format!(
+        r#"{PRELUDE}extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const {src}* __restrict__ in, i64 rows, i64 cols, i64 ld_in, i64 ld_out) {{
+    CHAIN();
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {{
+        const {src}* from = in + r * ld_in;
+        u16* to = out + r * ld_out;
+        for (i64 c = threadIdx.x; c < cols; c += 1024) {{
+            {src} v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) if (c + u * 256 < cols) v[u] = from[c + u * 256];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) if (c + u * 256 < cols) to[c + u * 256] = {convert};
+        }}
+    }}
+}}
+"#
+    );
+    Some(Source { name: "staged rows", code })
+}

@@ -382,8 +382,8 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
         Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce::all(r.op, d(0)?),
-        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().collect()),
-        Op::DotGeneral(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| copy(dtypes[0].size()).into_iter().collect()),
+        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().chain(matmul::staging(dtypes[0])).collect()),
+        Op::DotGeneral(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| copy(dtypes[0].size()).into_iter().chain(matmul::staging(dtypes[0])).collect()),
         Op::FusedMatMulBiasAct(f) => {
             let t = d(0)?;
             if dtypes != [t; 3] {

@@ -28,6 +28,9 @@ template <typename T> __device__ __forceinline__ T warp_max(T v) {
     for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(FULL, v, o));
     return v;
 }
+/* A product rounded on its own, never contracted into a following add. */
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 /* This thread's row, its lane in the row and the row's lane count. */
 struct Lane { i64 row; int lane, width; };
 __device__ __forceinline__ Lane lane_of(int per_warp) {
@@ -205,7 +208,9 @@ pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
 pub fn norm_backward_input(norm: Norm, d: DType) -> Option<Source> {
     let c = float(d)?;
     let v = c.load("xr[j * inner]");
-    let g = format!("{} * {}", c.load("dyr[j * inner]"), c.load("gamma[j]"));
+    // Rounded before use: were `g − shift` contracted into an fma, a row whose terms cancel
+    // exactly (a LayerNorm row of one) would keep the product's rounding error.
+    let g = format!("mul_rn({}, {})", c.load("dyr[j * inner]"), c.load("gamma[j]"));
     let shift = if norm == Norm::Layer { "a / (acc_t)n" } else { "(acc_t)0" };
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ dy, i64 rows, i64 n, i64 inner, float eps, int per_warp) {{
