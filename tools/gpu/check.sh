@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine every binary tools/gpu/build.sh left in target/device/bin (the CUDA
-# tests against the CPU backend) and prints one line per binary; exits non-zero if any fails.
+# and wgpu tests against the CPU backend) and prints one line per binary; exits non-zero if
+# any fails. The wgpu ones reach the GPU through NVIDIA's Vulkan driver and the loader
+# build.sh carried.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tools/gpu/vulkan.sh
 [ -d target/device/bin ] || tar xJf target/device/bins.tar.xz -C target/device
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
@@ -11,8 +14,9 @@ status=0
 names=()
 trap 'kill $(jobs -p) 2> /dev/null; exit 124' TERM INT
 for bin in target/device/bin/*; do
-  # The benches run from bench.sh, the command below; the NVRTC check needs no GPU (CI runs it).
-  case "$(basename "$bin")" in gemm | sdpa | minilm | decode | train_step | nvrtc | rlx) continue ;; esac
+  # The benches run from bench.sh, the command below; the NVRTC and naga checks need no GPU
+  # (CI runs them).
+  case "$(basename "$bin")" in gemm | sdpa | minilm | decode | train_step | nvrtc | rlx | wgpu_wgpu | wgpu_naga) continue ;; esac
   name=$(basename "$bin")
   names+=("$name")
   ( start=$(date +%s%N)

@@ -1,70 +1,30 @@
-//! GEMM on the GPU through rlx (`cargo bench -p rlx-cuda --bench gemm -- [N] [dtype]`): a
-//! graph of ten chained `N × N` products (`x ← x·w`), submitted on a device value three times
-//! between waits, so that launch, copy-in and copy-out costs spread over thirty products;
-//! the median over seven such rounds. tools/gpu/bench.sh runs it beside PyTorch's figure for
-//! the same product (tools/gpu/gemm.py, CUDA events).
+//! GEMM on the GPU through rlx (`cargo bench -p rlx-cuda --bench gemm -- [N] [dtype]`, default
+//! 8192 bf16): the chain of `common/gemm_chain.rs`. tools/gpu/bench.sh runs it beside
+//! PyTorch's figure for the same product (tools/gpu/gemm.py, CUDA events).
 
 /// The GPU tests' session (cuda:0 with the CPU as host), or a skip saying why.
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "common/gemm_chain.rs"]
+mod gemm_chain;
 
-use rlx_cpu::CpuBackend;
-use rlx_ir::{DType, Graph, Shape, TensorType};
-use rlx_runtime::{Session, Tensor};
-use std::sync::Arc;
-use std::time::Instant;
+use rlx_ir::DType;
 
-/// Products per graph, and graphs submitted per timed round.
-const CHAIN: usize = 10;
-const SUBMITS: usize = 3;
-
-/// `len` values in ±0.5 as a `dtype` tensor (cast on the CPU).
-fn values(len: usize, seed: u64, dtype: DType) -> Tensor {
-    let v: Vec<f32> = (0..len).map(|i| ((i as u64 * 2654435761 + seed) % 1000) as f32 / 1000.0 - 0.5).collect();
-    let mut g = Graph::new();
-    let x = g.input("x", TensorType::new(DType::F32, Shape::of(&[len])));
-    let y = g.cast(x, dtype).expect("a cast");
-    g.set_outputs(vec![y]).expect("one output");
-    let t = Tensor::from_vec(v, &[len]).expect("a vector");
-    Session::new(Arc::new(CpuBackend::new())).compile(&g).expect("a cast compiles").run(&[("x", &t)]).expect("a cast runs").remove(0)
-}
-
-fn main() {
+/// The size and dtype from the command line (`[N] [bf16|f16|f32]`), `n` and `dtype` where absent.
+fn args(n: usize, dtype: DType) -> (usize, DType) {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    let n: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(8192);
+    let n = args.first().and_then(|s| s.parse().ok()).unwrap_or(n);
     let dtype = match args.get(1).map(String::as_str) {
         Some("f32") => DType::F32,
         Some("f16") => DType::F16,
-        _ => DType::BF16,
+        Some("bf16") => DType::BF16,
+        _ => dtype,
     };
+    (n, dtype)
+}
+
+fn main() {
+    let (n, dtype) = args(8192, DType::BF16);
     let Some(session) = common::gpu() else { return };
-    let mut g = Graph::new();
-    let mut x = g.input("x", TensorType::new(dtype, Shape::of(&[n, n])));
-    let w = g.param("w", TensorType::new(dtype, Shape::of(&[n, n])));
-    for _ in 0..CHAIN {
-        x = g.matmul(x, w).expect("square products chain");
-    }
-    g.set_outputs(vec![x]).expect("one output");
-    let mut c = session.compile(&g).expect("the chain compiles for CUDA");
-    let w = values(n * n, 2, dtype);
-    c.set_param_bytes("w", dtype, &[n, n], w.bytes()).expect("w fits");
-    let x = values(n * n, 1, dtype);
-    let x = c.upload(&Tensor::from_bytes(dtype, &[n, n], x.bytes()).expect("x fits")).expect("x uploads");
-    for _ in 0..2 {
-        c.submit(&[("x", &x)]).expect("the chain runs");
-    }
-    c.sync().expect("the device finishes");
-    let mut rounds: Vec<f64> = (0..7)
-        .map(|_| {
-            let started = Instant::now();
-            for _ in 0..SUBMITS {
-                c.submit(&[("x", &x)]).expect("the chain runs");
-            }
-            c.sync().expect("the device finishes");
-            started.elapsed().as_secs_f64() / (SUBMITS * CHAIN) as f64
-        })
-        .collect();
-    rounds.sort_by(f64::total_cmp);
-    let s = rounds[rounds.len() / 2];
-    println!("rlx   matmul {dtype} {n}x{n}x{n}: median {:.3} ms, {:.0} TFLOP/s", s * 1e3, 2.0 * (n * n * n) as f64 / s / 1e12);
+    gemm_chain::run(&session, n, dtype);
 }
