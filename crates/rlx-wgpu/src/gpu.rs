@@ -21,6 +21,11 @@ pub(crate) const NAME: &str = "wgpu";
 /// Launches recorded before the encoder is submitted on its own.
 const BATCH: usize = 128;
 
+/// Bytes of one batch's parameter buffer: the launches' parameter words (mostly under 256
+/// bytes), each at an offset the adapter can bind, written by one queue write before the
+/// batch is submitted; a batch whose words outgrow it is submitted early.
+const PARAM_BYTES: usize = BATCH * 256;
+
 /// Openings so far, numbering each.
 static OPENED: AtomicU64 = AtomicU64::new(1);
 
@@ -93,6 +98,9 @@ struct Pipelines {
 pub(crate) struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
     recorded: usize,
+    /// The batch's parameter buffer, and the words its launches bind in it.
+    param_buf: Option<wgpu::Buffer>,
+    params: Vec<u8>,
 }
 
 /// An adapter opened for rlx.
@@ -239,8 +247,46 @@ impl Gpu {
         Ok(())
     }
 
-    /// Submits what is pending.
+    /// Records a dispatch of `pipeline` over `groups` workgroups, its parameter words `params`
+    /// (binding 0) placed in the batch's parameter buffer beside `operands` (bindings 1..).
+    /// One buffer and one queue write serve a batch's launches, not a buffer each.
+    pub(crate) fn dispatch(&self, name: &str, pipeline: &wgpu::ComputePipeline, layout: &wgpu::BindGroupLayout, params: &[u8], operands: Vec<wgpu::BindGroupEntry<'_>>, groups: [u32; 3]) -> Result<(), WgpuError> {
+        let mut pending = self.pending()?;
+        let align = self.limits.min_storage_buffer_offset_alignment.max(4) as usize;
+        let mut at = pending.params.len().next_multiple_of(align);
+        if at + params.len() > PARAM_BYTES && pending.param_buf.is_some() {
+            self.submit(&mut pending);
+            at = 0;
+        }
+        let size = PARAM_BYTES.max(params.len()) as u64;
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let buf = pending.param_buf.get_or_insert_with(|| self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("rlx parameters"), size, usage, mapped_at_creation: false })).clone();
+        pending.params.resize(at, 0);
+        pending.params.extend_from_slice(params);
+        let binding = wgpu::BufferBinding { buffer: &buf, offset: at as u64, size: std::num::NonZeroU64::new(params.len() as u64) };
+        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(binding) }];
+        entries.extend(operands);
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries });
+        let encoder = pending.encoder.get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("rlx") }));
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(name), timestamp_writes: None });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+        pending.recorded += 1;
+        if pending.recorded >= BATCH {
+            self.submit(&mut pending);
+        }
+        Ok(())
+    }
+
+    /// Submits what is pending, the batch's parameter words written first.
     pub(crate) fn submit(&self, pending: &mut Pending) {
+        if let Some(buf) = pending.param_buf.take() {
+            self.queue.write_buffer(&buf, 0, &pending.params);
+        }
+        pending.params.clear();
         if let Some(encoder) = pending.encoder.take() {
             self.queue.submit([encoder.finish()]);
         }

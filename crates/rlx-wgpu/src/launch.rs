@@ -10,7 +10,6 @@ use crate::shader::{Kernel, GROUP, RANK};
 pub use rlx_runtime::layout::{broadcast, contiguous};
 use rlx_runtime::layout::merge_dims;
 use rlx_runtime::Arg;
-use wgpu::util::DeviceExt;
 
 /// Workgroups per grid dimension that every adapter allows.
 const MAX_GROUPS: usize = 65535;
@@ -102,25 +101,18 @@ pub fn launch(gpu: &Gpu, kernel: &Kernel, operands: &[Arg<'_, GpuMem>], params: 
     let mut p: Vec<u32> = bound.iter().map(|b| b.base).collect();
     p.extend_from_slice(params);
     let bytes: Vec<u8> = p.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let pbuf = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: None, contents: &bytes, usage: wgpu::BufferUsages::STORAGE });
-    let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: pbuf.as_entire_binding() }];
-    for (j, b) in bound.iter().enumerate() {
-        entries.push(wgpu::BindGroupEntry {
+    let mut entries: Vec<wgpu::BindGroupEntry<'_>> = bound
+        .iter()
+        .enumerate()
+        .map(|(j, b)| wgpu::BindGroupEntry {
             binding: j as u32 + 1,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: b.buf, offset: b.offset, size: std::num::NonZeroU64::new(b.size) }),
-        });
-    }
+        })
+        .collect();
     if kernel.report {
         entries.push(wgpu::BindGroupEntry { binding: kernel.operands as u32, resource: gpu.report.as_entire_binding() });
     }
-    let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
-    gpu.record(|encoder| {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kernel.name), timestamp_writes: None });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
-    })
-    .map_err(|e| e.to_string())
+    gpu.dispatch(kernel.name, &pipeline, &layout, &bytes, entries, groups).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

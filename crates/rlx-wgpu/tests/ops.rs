@@ -43,7 +43,13 @@ fn activations_and_their_derivatives() {
     let gpu = unfused(gpu);
     for (i, &kind) in ActivationKind::ALL.iter().enumerate() {
         let positive = matches!(kind, ActivationKind::Log | ActivationKind::Sqrt | ActivationKind::Rsqrt | ActivationKind::Recip);
-        let (lo, hi) = if positive { (0.1, 3.0) } else { (-3.0, 3.0) };
+        // Tan away from its poles at ±π/2: near one the derivative reached -17 061 on the
+        // H200, where an ulp of the driver's tan is more than the tolerance.
+        let (lo, hi) = match kind {
+            ActivationKind::Tan => (-1.4, 1.4),
+            _ if positive => (0.1, 3.0),
+            _ => (-3.0, 3.0),
+        };
         let mut g = Graph::new();
         let x = input(&mut g, "x", DType::F32, &[3, 129]);
         let dy = input(&mut g, "dy", DType::F32, &[3, 129]);
@@ -211,7 +217,7 @@ fn reductions_and_arg_extrema_over_any_axes() {
 fn tiled_products_with_batch_broadcasts_and_ragged_edges() {
     let Some(gpu) = gpu() else { return };
     let gpu = unfused(gpu);
-    for (i, (a, b)) in [(vec![70, 33], vec![33, 65]), (vec![2, 3, 19, 40], vec![40, 130]), (vec![2, 1, 5, 17], vec![3, 17, 9]), (vec![1, 1], vec![1, 200])].into_iter().enumerate() {
+    for (i, (a, b)) in [(vec![70, 33], vec![33, 65]), (vec![2, 3, 19, 40], vec![40, 130]), (vec![2, 1, 5, 17], vec![3, 17, 9]), (vec![1, 1], vec![1, 200]), (vec![131, 75], vec![75, 257])].into_iter().enumerate() {
         let mut g = Graph::new();
         let x = input(&mut g, "a", DType::F32, &a);
         let w = input(&mut g, "b", DType::F32, &b);

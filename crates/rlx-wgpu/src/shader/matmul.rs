@@ -1,7 +1,8 @@
-//! `MatMul` as a tiled product in workgroup memory: a 16 × 16 workgroup computes a 64 × 64
-//! output tile, each invocation 4 × 4 outputs strided by 16 (so stores and tile loads are
-//! coalesced), over K in steps of 16 staged through two 16 × 64 tiles. Batches are the
-//! dispatch's third dimension, each item's A and B found through the broadcast walk.
+//! `MatMul` as a tiled product in workgroup memory: a 16 × 16 workgroup computes a 128 × 128
+//! output tile, each invocation an 8 × 8 block of it held in registers, over K in steps of 8
+//! staged through an A tile stored K-major and a B tile (both read as `vec4`s: four loads
+//! feed 64 multiply-adds). Batches are the dispatch's third dimension, each item's A and B
+//! found through the broadcast walk.
 //!
 //! Parameters: `p[K]` the batch items, the walk of A's and B's batch offsets (operands 0 and
 //! 1 of the walk), and `p[K + 35 ..]` = `M, N, K`. `FusedMatMulBiasAct` is the same product
@@ -13,7 +14,7 @@ use rlx_ir::ops::elementwise::{emit, table, ActivationKind};
 use rlx_ir::DType;
 
 /// Rows and columns of a workgroup's output tile.
-pub const TILE: u32 = 64;
+pub const TILE: u32 = 128;
 
 /// What the product adds to each output before storing it: `Some(activation)` a bias
 /// (operand 3) and then the activation, if any.
@@ -29,18 +30,24 @@ pub fn matmul(d: DType, epilogue: Epilogue) -> Option<Kernel> {
     code += &load_fn(1, ty(d)?);
     code += &load_fn(2, ty(d)?);
     let value = match epilogue {
-        None => "acc[i][j]".to_string(),
+        None => "v".to_string(),
         Some(act) => {
             code += &load_fn(3, ty(d)?);
             if let Some(kind) = act {
                 code += &(emit::prelude(emit::Target::Wgsl) + &emit::function(emit::Target::Wgsl, "f", &table::forward_expr(kind)));
             }
-            let biased = "acc[i][j] + ld3(c)";
+            let biased = "v + ld3(c)";
             if act.is_some() { format!("f({biased})") } else { biased.to_string() }
         }
     };
-    code += &"var<workgroup> ta: array<f32, 1024>;
-var<workgroup> tb: array<f32, 1024>;
+    code += KERNEL;
+    code += &store(&value);
+    Some(Kernel { name: "matmul", code, operands, report: false })
+}
+
+/// The product into `acc`: 16 `vec4`s, row `i`'s eight columns in `acc[2i]` and `acc[2i + 1]`.
+const KERNEL: &str = "var<workgroup> ta: array<vec4<f32>, 256>;
+var<workgroup> tb: array<vec4<f32>, 256>;
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let m = p[K + 35u];
@@ -50,44 +57,57 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let ab = walk(z, 0u);
     let bb = walk(z, 1u);
     let ob = z * m * n;
-    let row0 = wg.y * 64u;
-    let col0 = wg.x * 64u;
+    let row0 = wg.y * 128u;
+    let col0 = wg.x * 128u;
     let t = lid.y * 16u + lid.x;
-    var acc: array<vec4<f32>, 4>;
-    for (var k0 = 0u; k0 < kd; k0 += 16u) {
+    var acc: array<vec4<f32>, 16>;
+    for (var k0 = 0u; k0 < kd; k0 += 8u) {
         for (var i = 0u; i < 4u; i++) {
             let idx = t + i * 256u;
-            let ar = row0 + idx / 16u;
-            let ak = k0 + idx % 16u;
+            let ar = idx / 8u;
+            let ak = idx % 8u;
             var va = 0.0;
-            if (ar < m && ak < kd) { va = ld1(ab + ar * kd + ak); }
-            ta[(idx % 16u) * 64u + idx / 16u] = va;
-            let bk = k0 + idx / 64u;
-            let bc = col0 + idx % 64u;
+            if (row0 + ar < m && k0 + ak < kd) { va = ld1(ab + (row0 + ar) * kd + k0 + ak); }
+            let at = ak * 128u + ar;
+            ta[at / 4u][at % 4u] = va;
+            let bk = idx / 128u;
+            let bc = idx % 128u;
             var vb = 0.0;
-            if (bk < kd && bc < n) { vb = ld2(bb + bk * n + bc); }
-            tb[idx] = vb;
+            if (k0 + bk < kd && col0 + bc < n) { vb = ld2(bb + (k0 + bk) * n + col0 + bc); }
+            tb[idx / 4u][idx % 4u] = vb;
         }
         workgroupBarrier();
-        for (var kk = 0u; kk < 16u; kk++) {
-            let a = vec4<f32>(ta[kk * 64u + lid.y], ta[kk * 64u + lid.y + 16u], ta[kk * 64u + lid.y + 32u], ta[kk * 64u + lid.y + 48u]);
-            let b = vec4<f32>(tb[kk * 64u + lid.x], tb[kk * 64u + lid.x + 16u], tb[kk * 64u + lid.x + 32u], tb[kk * 64u + lid.x + 48u]);
-            acc[0] += a.x * b;
-            acc[1] += a.y * b;
-            acc[2] += a.z * b;
-            acc[3] += a.w * b;
+        for (var kk = 0u; kk < 8u; kk++) {
+            let a0 = ta[kk * 32u + lid.y * 2u];
+            let a1 = ta[kk * 32u + lid.y * 2u + 1u];
+            let b0 = tb[kk * 32u + lid.x * 2u];
+            let b1 = tb[kk * 32u + lid.x * 2u + 1u];
+            acc[0] += a0.x * b0; acc[1] += a0.x * b1;
+            acc[2] += a0.y * b0; acc[3] += a0.y * b1;
+            acc[4] += a0.z * b0; acc[5] += a0.z * b1;
+            acc[6] += a0.w * b0; acc[7] += a0.w * b1;
+            acc[8] += a1.x * b0; acc[9] += a1.x * b1;
+            acc[10] += a1.y * b0; acc[11] += a1.y * b1;
+            acc[12] += a1.z * b0; acc[13] += a1.z * b1;
+            acc[14] += a1.w * b0; acc[15] += a1.w * b1;
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        let r = row0 + lid.y + 16u * i;
-        if (r >= m) { continue; }
-        for (var j = 0u; j < 4u; j++) {
-            let c = col0 + lid.x + 16u * j;
-            if (c < n) { b0[p[0] + ob + r * n + c] = bitcast<u32>(VALUE); }
+";
+
+/// The stores of the invocation's 8 × 8 block, each output `v` written as `value` (the
+/// epilogue's expression of `v` and its column `c`), then the kernel's closing brace.
+fn store(value: &str) -> String {
+    let mut code = String::new();
+    for i in 0..8 {
+        code += &format!("    {{\n        let r = row0 + lid.y * 8u + {i}u;\n        if (r < m) {{\n");
+        for j in 0..8 {
+            let v = format!("acc[{}][{}]", 2 * i + j / 4, j % 4);
+            code += &format!(
+                "            {{ let c = col0 + lid.x * 8u + {j}u; let v = {v}; if (c < n) {{ b0[p[0] + ob + r * n + c] = bitcast<u32>({value}); }} }}\n"
+            );
         }
+        code += "        }\n    }\n";
     }
-}
-".replace("VALUE", &value);
-    Some(Kernel { name: "matmul", code, operands, report: false })
+    code + "}\n"
 }
