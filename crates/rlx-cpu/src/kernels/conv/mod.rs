@@ -301,7 +301,7 @@ impl Finish<'_> {
         }
         match self.activation {
             None => {}
-            Some(ActivationKind::Relu) => y.iter_mut().for_each(|y| *y = if *y > 0.0 { *y } else { 0.0 }),
+            Some(ActivationKind::Relu) => y.iter_mut().for_each(|y| *y = if *y < 0.0 { 0.0 } else { *y }),
             Some(ActivationKind::Gelu) => gelu_in_place(y),
             Some(kind) => per_act!(kind, K => y.iter_mut().for_each(|y| *y = act(K, *y))),
         }
@@ -309,7 +309,8 @@ impl Finish<'_> {
 }
 
 /// `dst = max(src + bias [+ residual], 0)` (without `relu`, no max), 16 lanes at a time;
-/// `src`, `dst` and `residual` have one length. ReLU maps NaN to 0, as [`Finish::apply`] does.
+/// `src`, `dst` and `residual` have one length. ReLU passes NaN, as [`Finish::apply`] and the
+/// `Relu` kind do (`max` returns its second operand where either is NaN).
 /// Full vectors load unmasked: a masked load of `src` (the tile just stored by the kernel)
 /// waits for the stores to reach the cache instead of being forwarded from them.
 #[cfg(target_arch = "x86_64")]
@@ -321,7 +322,7 @@ unsafe fn store_avx512(src: &[f32], dst: &mut [f32], bias: f32, residual: Option
         let v = _mm512_add_ps(v, b);
         let v = r.map_or(v, |r| _mm512_add_ps(v, r));
         if relu {
-            _mm512_max_ps(v, zero)
+            _mm512_max_ps(zero, v)
         } else {
             v
         }
