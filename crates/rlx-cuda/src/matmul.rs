@@ -100,9 +100,9 @@ struct Operand {
     stride: i64,
 }
 
-/// `count` products `c [m, n] = op(a) · op(b)` of `dtype` (row-major, batch items `m·n` apart
+/// `count` products `c [m, n] = op(a) · op(b)` (`k` deep) of `dtype` (row-major, batch items `m·n` apart
 /// in `c`): cuBLASLt for f16 / bf16, cuBLAS's strided-batched call (no TF32) for f32 / f64.
-fn product(e: &CudaEngine, op: &Op, dtype: DType, (m, n, k): (usize, usize, usize), count: usize, a: Operand, b: Operand, c: u64) -> Result<(), String> {
+fn product(e: &CudaEngine, op: &Op, dtype: DType, [m, n, k, count]: [usize; 4], a: Operand, b: Operand, c: u64) -> Result<(), String> {
     let gpu = &*e.gpu;
     if matches!(dtype, DType::F16 | DType::BF16) {
         let problem = Problem {
@@ -210,9 +210,9 @@ pub fn matmul(e: &CudaEngine, op: &Op, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, o
     if let (Some(stride_a), Some(stride_b)) = (even(&sa, m * k), even(&sb, k * n)) {
         if stride_b == 0 && stride_a != 0 {
             // Items of A stacked, one B: a single product of all their rows.
-            return product(e, op, out.dtype, (items * m, n, k), 1, plain(pa, 0), plain(pb, 0), pc);
+            return product(e, op, out.dtype, [items * m, n, k, 1], plain(pa, 0), plain(pb, 0), pc);
         }
-        return product(e, op, out.dtype, (m, n, k), items.max(1), plain(pa, stride_a), plain(pb, stride_b), pc);
+        return product(e, op, out.dtype, [m, n, k, items.max(1)], plain(pa, stride_a), plain(pb, stride_b), pc);
     }
     let own = crate::launch::contiguous(batch);
     for item in 0..items {
@@ -223,7 +223,7 @@ pub fn matmul(e: &CudaEngine, op: &Op, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, o
             ob += at * sb[d];
         }
         let at = |p: u64, elems: i64| p + (elems as u64) * size as u64;
-        product(e, op, out.dtype, (m, n, k), 1, plain(at(pa, oa), 0), plain(at(pb, ob), 0), at(pc, (item * m * n) as i64))?;
+        product(e, op, out.dtype, [m, n, k, 1], plain(at(pa, oa), 0), plain(at(pb, ob), 0), at(pc, (item * m * n) as i64))?;
     }
     Ok(())
 }
@@ -281,7 +281,7 @@ pub fn dot_general(e: &CudaEngine, op: &Op, d: &DotGeneral, a: Arg<'_, DevMem>, 
     };
     let (sa, sb) = if batch > 1 { ((m * k) as i64, (k * n) as i64) } else { (0, 0) };
     // The product's scratch copies are freed on the stream, after it.
-    product(e, op, out.dtype, (m, n, k), batch.max(1), Operand { ptr: pa, trans: a_first, stride: sa }, Operand { ptr: pb, trans: !b_first, stride: sb }, out.buf.at(out.offset))
+    product(e, op, out.dtype, [m, n, k, batch.max(1)], Operand { ptr: pa, trans: a_first, stride: sa }, Operand { ptr: pb, trans: !b_first, stride: sb }, out.buf.at(out.offset))
 }
 
 /// `FusedMatMulBiasAct`: `out = act(x·w + bias)` for `x [.., M, K]`, `w [K, N]`, `bias [N]`

@@ -294,18 +294,18 @@ fn products_over_misaligned_rows_are_staged_through_padded_copies() {
     use rlx_ir::ops::matmul::DotGeneral;
     let Some(gpu) = gpu() else { return };
     let dot = |c: usize| DotGeneral { lhs_contracting: vec![c], rhs_contracting: vec![c], lhs_batch: vec![], rhs_batch: vec![] };
-    let cases: [(&[usize], &[usize], Option<DotGeneral>, usize); 4] = [
-        (&[1024, 1024], &[1024, 1001], None, 1 << 20),
-        (&[1024, 1001], &[768, 1001], Some(dot(1)), 2 << 20),
-        (&[4096, 512], &[4096, 1001], Some(dot(0)), 4 << 20),
-        (&[640, 4001], &[640, 4001], Some(dot(1)), 4 << 20),
+    let cases = [
+        ([1024, 1024], [1024, 1001], None, 1 << 20),
+        ([1024, 1001], [768, 1001], Some(dot(1)), 2 << 20),
+        ([4096, 512], [4096, 1001], Some(dot(0)), 4 << 20),
+        ([640, 4001], [640, 4001], Some(dot(1)), 4 << 20),
     ];
     for (i, (a_dims, b_dims, d, budget)) in cases.into_iter().enumerate() {
         std::env::set_var("RLX_CUDA_STAGE_BUDGET", budget.to_string());
         for dtype in [DType::BF16, DType::F16] {
             let mut g = Graph::new();
-            let a = f32_input(&mut g, "a", a_dims);
-            let b = f32_input(&mut g, "b", b_dims);
+            let a = f32_input(&mut g, "a", &a_dims);
+            let b = f32_input(&mut g, "b", &b_dims);
             let (a, b) = (g.cast(a, dtype).unwrap(), g.cast(b, dtype).unwrap());
             let y = match &d {
                 Some(d) => g.dot_general(a, b, d.clone()).unwrap(),
@@ -314,7 +314,7 @@ fn products_over_misaligned_rows_are_staged_through_padded_copies() {
             let y = g.cast(y, DType::F32).unwrap();
             g.set_outputs(vec![y]).unwrap();
             let seed = 70 + 2 * i as u64;
-            let inputs = [("a", random(a_dims, seed, -1.0, 1.0)), ("b", random(b_dims, seed + 1, -1.0, 1.0))];
+            let inputs = [("a", random(&a_dims, seed, -1.0, 1.0)), ("b", random(&b_dims, seed + 1, -1.0, 1.0))];
             let kind = if d.is_some() { OpKind::DotGeneral } else { OpKind::MatMul };
             agree_native(&gpu, &g, &inputs, Tol::norm(2e-2), &[kind]);
         }

@@ -1,5 +1,5 @@
 //! `MatMul` as a tiled product in workgroup memory: a 16 × 16 workgroup computes a 128 × 128
-//! output tile, each invocation an 8 × 8 block of it held in registers, over K in steps of 8
+//! output tile, each invocation an 8 × 8 block of it held in registers, over K in steps of 16
 //! staged through an A tile stored K-major and a B tile (both read as `vec4`s: four loads
 //! feed 64 multiply-adds). Batches are the dispatch's third dimension, each item's A and B
 //! found through the broadcast walk.
@@ -46,8 +46,8 @@ pub fn matmul(d: DType, epilogue: Epilogue) -> Option<Kernel> {
 }
 
 /// The product into `acc`: 16 `vec4`s, row `i`'s eight columns in `acc[2i]` and `acc[2i + 1]`.
-const KERNEL: &str = "var<workgroup> ta: array<vec4<f32>, 256>;
-var<workgroup> tb: array<vec4<f32>, 256>;
+const KERNEL: &str = "var<workgroup> ta: array<vec4<f32>, 512>;
+var<workgroup> tb: array<vec4<f32>, 512>;
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let m = p[K + 35u];
@@ -61,11 +61,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let col0 = wg.x * 128u;
     let t = lid.y * 16u + lid.x;
     var acc: array<vec4<f32>, 16>;
-    for (var k0 = 0u; k0 < kd; k0 += 8u) {
-        for (var i = 0u; i < 4u; i++) {
+    for (var k0 = 0u; k0 < kd; k0 += 16u) {
+        for (var i = 0u; i < 8u; i++) {
             let idx = t + i * 256u;
-            let ar = idx / 8u;
-            let ak = idx % 8u;
+            let ar = idx / 16u;
+            let ak = idx % 16u;
             var va = 0.0;
             if (row0 + ar < m && k0 + ak < kd) { va = ld1(ab + (row0 + ar) * kd + k0 + ak); }
             let at = ak * 128u + ar;
@@ -77,7 +77,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
             tb[idx / 4u][idx % 4u] = vb;
         }
         workgroupBarrier();
-        for (var kk = 0u; kk < 8u; kk++) {
+        for (var kk = 0u; kk < 16u; kk++) {
             let a0 = ta[kk * 32u + lid.y * 2u];
             let a1 = ta[kk * 32u + lid.y * 2u + 1u];
             let b0 = tb[kk * 32u + lid.x * 2u];
