@@ -31,7 +31,8 @@ step 40 target/device/bin/sdpa
 step 40 target/device/bin/decode 128
 step 60 target/device/bin/train_step 16
 step 25 target/device/bin/minilm bf16 --profile
-( . tools/gpu/vulkan.sh && step 120 target/device/bin/wgpu_wgpu 4096 64 )
+# wgpu through Vulkan, where build.sh packed its binaries (ONLY=...).
+[ -x target/device/bin/wgpu_wgpu ] && ( . tools/gpu/vulkan.sh && step 120 target/device/bin/wgpu_wgpu 4096 64 )
 if [ "${PEERS:-1}" != 0 ]; then
   step 30 python3 tools/gpu/attention.py
   step 20 python3 tools/gpu/minilm.py bf16

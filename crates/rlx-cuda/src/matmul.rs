@@ -100,8 +100,9 @@ struct Operand {
     stride: i64,
 }
 
-/// `count` products `c [m, n] = op(a) · op(b)` (`k` deep) of `dtype` (row-major, batch items `m·n` apart
-/// in `c`): cuBLASLt for f16 / bf16, cuBLAS's strided-batched call (no TF32) for f32 / f64.
+/// `count` products `c [m, n] = op(a) · op(b)`, `k` deep, of `dtype` (row-major, batch items
+/// `m·n` apart in `c`): cuBLASLt for f16 / bf16, cuBLAS's strided-batched call (no TF32) for
+/// f32 / f64.
 fn product(e: &CudaEngine, op: &Op, dtype: DType, [m, n, k, count]: [usize; 4], a: Operand, b: Operand, c: u64) -> Result<(), String> {
     let gpu = &*e.gpu;
     if matches!(dtype, DType::F16 | DType::BF16) {

@@ -120,7 +120,7 @@ impl Staging {
                 let other = |x: &Matrix| extent(p, if x.rows == split { x.cols } else { x.rows });
                 let per: usize = mats.iter().filter(|x| x.staged && x.has(split)).map(|x| bytes(STEP, other(x), SIZE) / STEP).sum();
                 let all = extent(p, split);
-                let chunk = budget.checked_sub(whole)?.checked_div(per).map_or(all, |c| (c / STEP * STEP).min(all));
+                let chunk = if per == 0 { all } else { (budget.checked_sub(whole)?.checked_div(per)? / STEP * STEP).min(all) };
                 if chunk < STEP.min(all) {
                     return None;
                 }
