@@ -70,15 +70,16 @@ impl CudaEngine {
     /// Moves `dims` elements of `input` into `out`: element `i` of the walk reads
     /// `in_base + walk(0)` and writes `out_base + walk(1)`.
     pub(crate) fn strided(&self, op: &Op, input: Arg<'_, DevMem>, out: Arg<'_, DevMem>, dims: &[usize], strides: [Vec<i64>; 2], bases: [i64; 2]) -> std::result::Result<(), String> {
-        let size = input.dtype.size();
-        self.moves(op, size, (input.buf.at(input.offset), out.buf.at(out.offset)), dims, strides, bases)
-    }
-
-    /// [`Self::strided`] between device addresses, for elements of `size` bytes.
-    pub(crate) fn moves(&self, op: &Op, size: usize, (from, to): (u64, u64), dims: &[usize], strides: [Vec<i64>; 2], bases: [i64; 2]) -> std::result::Result<(), String> {
-        let f = self.gpu.kernels.function(&self.gpu, &source::copy(size).ok_or_else(|| format!("{}: no copy of {size}-byte elements", op.kind()))?).map_err(|e| e.to_string())?;
+        let f = self.kernel(source::copy(input.dtype.size()), op, &[input.dtype])?;
         let walk = Walk::new(dims, &strides)?;
-        let mut params = vec![Param::Ptr(to), Param::Ptr(from), Param::I64(numel(dims) as i64), Param::Walk(Box::new(walk)), Param::I64(bases[1]), Param::I64(bases[0])];
+        let mut params = vec![
+            Param::Ptr(out.buf.at(out.offset)),
+            Param::Ptr(input.buf.at(input.offset)),
+            Param::I64(numel(dims) as i64),
+            Param::Walk(Box::new(walk)),
+            Param::I64(bases[1]),
+            Param::I64(bases[0]),
+        ];
         tiled(&self.gpu, f, numel(dims), &mut params)
     }
 

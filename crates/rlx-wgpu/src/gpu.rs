@@ -238,13 +238,18 @@ impl Gpu {
     /// Records into the pending encoder, submitting it once it holds [`BATCH`] pieces.
     pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<(), WgpuError> {
         let mut pending = self.pending()?;
+        self.record_into(&mut pending, f);
+        Ok(())
+    }
+
+    /// [`Self::record`] with the pending work already locked.
+    fn record_into(&self, pending: &mut Pending, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
         let encoder = pending.encoder.get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("rlx") }));
         f(encoder);
         pending.recorded += 1;
         if pending.recorded >= BATCH {
-            self.submit(&mut pending);
+            self.submit(pending);
         }
-        Ok(())
     }
 
     /// Records a dispatch of `pipeline` over `groups` workgroups, its parameter words `params`
@@ -267,17 +272,12 @@ impl Gpu {
         let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(binding) }];
         entries.extend(operands);
         let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries });
-        let encoder = pending.encoder.get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("rlx") }));
-        {
+        self.record_into(&mut pending, |encoder| {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(name), timestamp_writes: None });
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &group, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
-        }
-        pending.recorded += 1;
-        if pending.recorded >= BATCH {
-            self.submit(&mut pending);
-        }
+        });
         Ok(())
     }
 
