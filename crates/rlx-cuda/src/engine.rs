@@ -258,6 +258,7 @@ impl Engine for CudaEngine {
     }
 
     fn upload(&self, dst: &DevMem, offset: usize, src: &[u8]) -> Result<()> {
+        let _turn = self.gpu.hold();
         within(offset, src.len(), dst.len)?;
         if src.is_empty() {
             return Ok(());
@@ -269,6 +270,7 @@ impl Engine for CudaEngine {
     }
 
     fn download(&self, src: &DevMem, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let _turn = self.gpu.hold();
         within(offset, dst.len(), src.len)?;
         self.gpu.bind()?;
         self.err.fetch()?;
@@ -281,6 +283,7 @@ impl Engine for CudaEngine {
     }
 
     fn copy(&self, src: Arg<'_, DevMem>, dst: Arg<'_, DevMem>) -> Result<()> {
+        let _turn = self.gpu.hold();
         within(src.offset, src.len, src.buf.len)?;
         within(dst.offset, dst.len, dst.buf.len)?;
         self.gpu.bind()?;
@@ -320,8 +323,9 @@ impl Engine for CudaEngine {
     fn record(&self, steps: &mut dyn FnMut() -> Result<()>) -> Result<Option<Recording>> {
         self.gpu.bind()?;
         let stream = self.gpu.stream;
+        let _turn = self.gpu.hold();
         // SAFETY: the stream belongs to the bound context; nothing else submits to it while
-        // the steps run (the executor holds the plan), and capture always ends below.
+        // the steps run (this thread holds it), and capture always ends below.
         unsafe { cu::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(driver("starting a CUDA graph capture"))?;
         let ran = steps();
         // SAFETY: ends the capture begun above.
@@ -341,6 +345,7 @@ impl Engine for CudaEngine {
     }
 
     fn replay(&self, recording: &Recording) -> Result<()> {
+        let _turn = self.gpu.hold();
         self.gpu.bind()?;
         // SAFETY: the graph was instantiated on this device; the executor replays it only
         // over the memory it was captured with.
@@ -348,13 +353,16 @@ impl Engine for CudaEngine {
     }
 
     fn sync(&self) -> Result<()> {
+        let _turn = self.gpu.hold();
         self.gpu.bind()?;
         self.err.fetch()?;
         self.gpu.sync()?;
         self.err.check()
     }
 
+    /// Runs a whole plan holding the stream ([`Gpu::hold`]).
     fn scope<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let _turn = self.gpu.hold();
         // A failure to bind surfaces from the first call inside, which binds again.
         let _ = self.gpu.bind();
         f()

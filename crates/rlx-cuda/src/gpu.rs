@@ -8,7 +8,8 @@ use crate::memory::Usage;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as cu, sys, CudaContext, DriverError};
 use rlx_runtime::{Result, RuntimeError};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
 use std::sync::Arc;
 
 /// A device opened for rlx.
@@ -31,6 +32,13 @@ pub struct Gpu {
     pub(crate) id: u64,
     /// The device memory held through this opening.
     pub(crate) usage: Usage,
+    /// Scratch bytes a staged product may hold ([`crate::stage`]); per opening, so that
+    /// openings on other threads (tests) do not share it through the environment.
+    pub(crate) stage_budget: AtomicUsize,
+    /// Held by whatever submits to the stream from one thread — a whole run, an upload, a
+    /// download, an allocation or free — so that another thread's work never falls into a
+    /// CUDA graph being captured on it ([`Gpu::hold`]).
+    turn: ReentrantMutex<()>,
 }
 
 /// Bytes of cuBLAS's workspace (what it asks for on Hopper).
@@ -101,12 +109,19 @@ impl Gpu {
             chained: major >= 9 && std::env::var("RLX_CUDA_PDL").is_ok_and(|v| v == "1"),
             ordinal,
             id: OPENED.fetch_add(1, Ordering::Relaxed),
+            stage_budget: AtomicUsize::new(crate::stage::budget()),
+            turn: ReentrantMutex::new(()),
         }))
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// The stream to this thread until the guard drops (again on a thread that holds it).
+    pub(crate) fn hold(&self) -> ReentrantMutexGuard<'_, ()> {
+        self.turn.lock()
     }
 
     /// Makes the device's context current on this thread (cheap when it already is).
@@ -116,6 +131,7 @@ impl Gpu {
 
     /// Waits for everything on the stream.
     pub(crate) fn sync(&self) -> Result<()> {
+        let _turn = self.hold();
         self.bind()?;
         // SAFETY: the stream belongs to this context, which is bound.
         unsafe { cu::stream::synchronize(self.stream) }.map_err(driver("waiting for the stream"))

@@ -48,6 +48,13 @@ impl CudaBackend {
         Ok(CudaBackend { engine: Arc::new(CudaEngine::new(Gpu::open(ordinal)?)?) })
     }
 
+    /// Sets the scratch bytes an f16 / bf16 product over misaligned rows may take for its
+    /// padded copies (0 turns that staging off; the default is `RLX_CUDA_STAGE_BUDGET` where
+    /// set, else 256 MiB). Products launched afterwards use it; recorded graphs keep theirs.
+    pub fn set_stage_budget(&self, bytes: usize) {
+        self.engine.gpu.stage_budget.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The device memory held through this backend (weights, arenas, caches, workspaces).
     pub fn usage(&self) -> &Usage {
         &self.engine.gpu.usage

@@ -24,6 +24,7 @@ use rlx_ir::ops::matmul::DotGeneral;
 use rlx_ir::{DType, Op};
 use rlx_runtime::Arg;
 use std::ffi::c_void;
+use std::sync::atomic::Ordering;
 
 /// The most rows of `x` the GEMV kernel takes; more go to cuBLASLt.
 pub const GEMV_ROWS: usize = 4;
@@ -121,7 +122,7 @@ fn product(e: &CudaEngine, op: &Op, dtype: DType, [m, n, k, count]: [usize; 4], 
             epilogue: Epilogue::None,
         };
         if count == 1 {
-            if let Some(staging) = Staging::new(&problem, [a.ptr, b.ptr, c], crate::stage::budget()) {
+            if let Some(staging) = Staging::new(&problem, [a.ptr, b.ptr, c], gpu.stage_budget.load(Ordering::Relaxed)) {
                 return staging.run(e, op, problem);
             }
         }

@@ -19,6 +19,7 @@ pub struct DevMem {
 impl DevMem {
     /// `bytes` of zeros: an out-of-memory error names the request and what the device has.
     pub(crate) fn zeroed(gpu: &Arc<Gpu>, bytes: usize) -> Result<DevMem> {
+        let _turn = gpu.hold();
         let mem = DevMem::uninit(gpu, bytes)?;
         if bytes > 0 {
             // SAFETY: `ptr` holds `bytes` bytes, allocated on this stream.
@@ -29,6 +30,7 @@ impl DevMem {
 
     /// `bytes` whose contents are whatever the pool held: scratch that is written before it is read.
     pub(crate) fn uninit(gpu: &Arc<Gpu>, bytes: usize) -> Result<DevMem> {
+        let _turn = gpu.hold();
         gpu.bind()?;
         if bytes == 0 {
             return Ok(DevMem { ptr: 0, len: 0, gpu: gpu.clone() });
@@ -60,6 +62,7 @@ impl Drop for DevMem {
         if self.len > 0 {
             self.gpu.usage.sub(self.len);
         }
+        let _turn = self.gpu.hold();
         if self.len > 0 && self.gpu.bind().is_ok() {
             // SAFETY: allocated on this stream and dropped once; later work on the stream may
             // reuse the range only after every launch submitted before this point.

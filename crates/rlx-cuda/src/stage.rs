@@ -32,7 +32,8 @@ const TILES: usize = 264;
 const SIZE: usize = 2;
 const SUM: usize = 4;
 
-/// The scratch budget: `RLX_CUDA_STAGE_BUDGET` bytes where set, else [`BUDGET`].
+/// The scratch budget a device opens with: `RLX_CUDA_STAGE_BUDGET` bytes where set, else
+/// [`BUDGET`] (`CudaBackend::set_stage_budget` changes it for one opening).
 pub(crate) fn budget() -> usize {
     std::env::var("RLX_CUDA_STAGE_BUDGET").ok().and_then(|v| v.parse().ok()).unwrap_or(BUDGET)
 }

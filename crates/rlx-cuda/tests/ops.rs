@@ -292,7 +292,12 @@ fn dot_general_reads_operands_transposed_in_place_or_copies_them() {
 #[test]
 fn products_over_misaligned_rows_are_staged_through_padded_copies() {
     use rlx_ir::ops::matmul::DotGeneral;
-    let Some(gpu) = gpu() else { return };
+    // A backend of its own, as its budgets must not reach other tests' products.
+    let backend = match CudaBackend::new(0) {
+        Ok(b) => Arc::new(b),
+        Err(e) => return eprintln!("skipped: {e}"),
+    };
+    let gpu = Session::new(backend.clone()).with_host(Arc::new(CpuBackend::new()));
     let dot = |c: usize| DotGeneral { lhs_contracting: vec![c], rhs_contracting: vec![c], lhs_batch: vec![], rhs_batch: vec![] };
     let cases = [
         ([1024, 1024], [1024, 1001], None, 1 << 20),
@@ -301,7 +306,7 @@ fn products_over_misaligned_rows_are_staged_through_padded_copies() {
         ([640, 4001], [640, 4001], Some(dot(1)), 4 << 20),
     ];
     for (i, (a_dims, b_dims, d, budget)) in cases.into_iter().enumerate() {
-        std::env::set_var("RLX_CUDA_STAGE_BUDGET", budget.to_string());
+        backend.set_stage_budget(budget);
         for dtype in [DType::BF16, DType::F16] {
             let mut g = Graph::new();
             let a = f32_input(&mut g, "a", &a_dims);
@@ -319,7 +324,6 @@ fn products_over_misaligned_rows_are_staged_through_padded_copies() {
             agree_native(&gpu, &g, &inputs, Tol::norm(2e-2), &[kind]);
         }
     }
-    std::env::remove_var("RLX_CUDA_STAGE_BUDGET");
 }
 
 #[test]
@@ -347,6 +351,40 @@ fn device_values_pass_between_graphs_and_submits_queue_until_sync() {
     for r in &results {
         let got = b.download(r).unwrap().to_vec::<f32>().unwrap();
         assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-6 * w.abs().max(1e-3)), "{got:?} vs {want:?}");
+    }
+}
+
+/// Copies of one compiled graph share the device, its stream and the weights; run from four
+/// threads at once (each first recording its CUDA graph, as another captures or replays
+/// theirs), every result equals the one run alone.
+#[test]
+fn copies_on_several_threads_share_one_device_and_agree_with_one_run() {
+    const THREADS: usize = 4;
+    let Some(gpu) = gpu() else { return };
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[64, 256]);
+    let w = g.param("w", TensorType::new(DType::F32, Shape::of(&[256, 256])));
+    let h = g.matmul(x, w).unwrap();
+    let h = g.activation(ActivationKind::Tanh, h).unwrap();
+    let y = g.matmul(h, w).unwrap();
+    g.set_outputs(vec![y]).unwrap();
+    let mut single = gpu.compile(&g).unwrap();
+    single.set_param("w", Tensor::from_vec(uniform(256 * 256, 40, -0.1, 0.1), &[256, 256]).unwrap()).unwrap();
+    let cases: Vec<Tensor> = (0..THREADS).map(|t| Tensor::from_vec(uniform(64 * 256, 41 + t as u64, -1.0, 1.0), &[64, 256]).unwrap()).collect();
+    let want: Vec<Vec<f32>> = cases.iter().map(|x| single.run(&[("x", x)]).unwrap().remove(0).to_vec::<f32>().unwrap()).collect();
+    let copies: Vec<_> = (0..THREADS).map(|_| single.share().unwrap()).collect();
+    let got: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = copies
+            .into_iter()
+            .zip(&cases)
+            .map(|(mut c, x)| s.spawn(move || (0..20).map(|_| c.run(&[("x", x)]).unwrap().remove(0).to_vec::<f32>().unwrap()).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (t, (runs, want)) in got.iter().zip(&want).enumerate() {
+        for (r, got) in runs.iter().enumerate() {
+            assert!(got == want, "thread {t}, run {r}: differs from the run alone");
+        }
     }
 }
 
