@@ -123,52 +123,6 @@ pub enum Norm {
     Rms,
 }
 
-/// Elements of its row a thread of a norm kernel keeps in registers: rows of up to
-/// `CACHE · lanes` elements are read from memory once (up to 1,024 for a warp's row).
-const CACHE: usize = 32;
-
-/// A norm kernel's body over a row that fits the threads' registers: `load` sets `s` to
-/// element `j`'s value as the statistics see it (and may store it), `y` is the output of
-/// element `j` from its value `v`; the statistics as [`stats`] computes them, in its order of
-/// additions per lane. Falls to `otherwise` (the same work, reading memory) for longer rows.
-fn cached(norm: Norm, c: &CType, load: &str, y: &str, otherwise: &str) -> String {
-    let sqrt = math(c, "sqrt");
-    let mean = match norm {
-        Norm::Layer => format!(
-            "        acc_t mean = 0;
-        #pragma unroll
-        for (int i = 0; i < {CACHE}; ++i) if (l.lane + (i64)i * l.width < n) mean += v[i];
-        mean = row_sum(mean, per_warp) / (acc_t)n;
-"
-        ),
-        Norm::Rms => "        const acc_t mean = 0;\n".to_string(),
-    };
-    format!(
-        "    if (n <= (i64){CACHE} * l.width) {{
-        acc_t v[{CACHE}];
-        #pragma unroll
-        for (int i = 0; i < {CACHE}; ++i) {{
-            const i64 j = l.lane + (i64)i * l.width;
-            acc_t s = 0;
-            if (j < n) {{ {load} }}
-            v[i] = s;
-        }}
-{mean}        acc_t var = 0;
-        #pragma unroll
-        for (int i = 0; i < {CACHE}; ++i) if (l.lane + (i64)i * l.width < n) {{ acc_t e = v[i] - mean; var += e * e; }}
-        var = row_sum(var, per_warp) / (acc_t)n;
-        const acc_t r = (acc_t)1 / {sqrt}(var + (acc_t)eps);
-        #pragma unroll
-        for (int i = 0; i < {CACHE}; ++i) {{
-            const i64 j = l.lane + (i64)i * l.width;
-            if (j < n) {{ const acc_t vj = v[i]; {y}; }}
-        }}
-        return;
-    }}
-{otherwise}"
-    )
-}
-
 /// The statistics of the row `v(j)` into `mean` (0 for RMS) and `r = 1/√(… + eps)`, two
 /// passes for LayerNorm.
 fn stats(norm: Norm, c: &CType, v: &str) -> String {
@@ -199,17 +153,16 @@ fn stats(norm: Norm, c: &CType, v: &str) -> String {
 pub fn norm(norm: Norm, d: DType) -> Option<Source> {
     let c = float(d)?;
     let v = c.load("xr[j * inner]");
-    let affine = |v: &str| c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
-    let y = affine(&v);
-    let uncached = format!("{stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j * inner] = {y};\n", stats = stats(norm, &c, &v));
+    let y = c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, i64 inner, float eps, int per_warp) {{
     CHAIN();
 {ROW}    const T* xr = x + base;
     T* yr = out + base;
-{body}}}
+{stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j * inner] = {y};
+}}
 ",
-        body = cached(norm, &c, &format!("s = {v};"), &format!("yr[j * inner] = {}", affine("vj")), &uncached),
+        stats = stats(norm, &c, &v),
     );
     Some(row_source(if norm == Norm::Layer { "layer norm" } else { "rms norm" }, &c, &body))
 }
@@ -224,21 +177,7 @@ pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
     let v = c.load("yr[j]");
     let round = |e: &str| c.load(&c.store(e));
     let sum = format!("{} + {}", c.load("xr[j]"), c.load("rr[j * res_last]"));
-    let affine = |v: &str| c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
-    // The sum rounded after each add as the unfused `Add`s would be.
-    let add = format!("s = {sum}; if (bias) s = {} + {};", round("s"), c.load("bias[j]"));
-    let uncached = format!(
-        "    for (i64 j = l.lane; j < n; j += l.width) {{
-        acc_t s;
-        {add}
-        yr[j] = {store_s};
-    }}
-{stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j] = {y};
-",
-        store_s = c.store("s"),
-        stats = stats(norm, &c, &v),
-        y = affine(&v),
-    );
+    let y = c.store(&format!("({v} - mean) * r * {} + {}", c.load("gamma[j]"), c.load("beta[j]")));
     let body = format!(
         "extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ bias, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, Walk rw, i64 res_last, float eps, int per_warp) {{
     CHAIN();
@@ -246,9 +185,18 @@ pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
 {ROW}    const T* xr = x + base;
     const T* rr = res + walk(rw, 0, l.row);
     T* yr = out + base;
-{body}}}
+    for (i64 j = l.lane; j < n; j += l.width) {{
+        acc_t s = {sum};
+        if (bias) s = {round_s} + {b};
+        yr[j] = {store_s};
+    }}
+{stats}    for (i64 j = l.lane; j < n; j += l.width) yr[j] = {y};
+}}
 ",
-        body = cached(norm, &c, &format!("{add} s = {};", round("s")), &format!("yr[j] = {}", affine("vj")), &uncached),
+        round_s = round("s"),
+        b = c.load("bias[j]"),
+        store_s = c.store("s"),
+        stats = stats(norm, &c, &v),
     );
     Some(row_source(if norm == Norm::Layer { "fused residual layer norm" } else { "fused residual rms norm" }, &c, &body))
 }
