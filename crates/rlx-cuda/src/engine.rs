@@ -323,7 +323,7 @@ impl Engine for CudaEngine {
     fn record(&self, steps: &mut dyn FnMut() -> Result<()>) -> Result<Option<Recording>> {
         self.gpu.bind()?;
         let stream = self.gpu.stream;
-        let _turn = self.gpu.hold();
+        let (_turn, _capturing) = (self.gpu.hold(), self.gpu.capturing());
         // SAFETY: the stream belongs to the bound context; nothing else submits to it while
         // the steps run (this thread holds it), and capture always ends below.
         unsafe { cu::stream::begin_capture(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(driver("starting a CUDA graph capture"))?;

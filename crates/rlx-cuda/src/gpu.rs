@@ -9,7 +9,7 @@ use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as cu, sys, CudaContext, DriverError};
 use rlx_runtime::{Result, RuntimeError};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
+use parking_lot::{ReentrantMutex, ReentrantMutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 
 /// A device opened for rlx.
@@ -44,6 +44,17 @@ pub struct Gpu {
 /// Bytes of cuBLAS's workspace (what it asks for on Hopper).
 pub(crate) const BLAS_WORKSPACE: usize = 32 << 20;
 
+/// Opening and closing a device (a context, cuBLAS's handles and workspace, modules, pinned
+/// memory) may synchronise the whole device, which invalidates a CUDA-graph capture running
+/// on another thread (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`): such calls hold this for
+/// writing ([`device_wide`]), captures for reading ([`Gpu::capturing`]).
+static CAPTURES: RwLock<()> = RwLock::new(());
+
+/// Waits for every capture in the process to end and keeps new ones from starting.
+pub(crate) fn device_wide() -> RwLockWriteGuard<'static, ()> {
+    CAPTURES.write()
+}
+
 /// Openings so far, numbering each.
 static OPENED: AtomicU64 = AtomicU64::new(1);
 
@@ -69,6 +80,7 @@ impl Gpu {
     /// Opens device `ordinal`: a typed error when there is no driver, no such device, or the
     /// device cannot be set up; never a panic.
     pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        let _no_capture = device_wide();
         // SAFETY: only probes whether the driver library loads.
         if !unsafe { sys::is_culib_present() } {
             return Err(error(format!("cuda:{ordinal} was asked for, but no CUDA driver (libcuda) is installed on this machine")));
@@ -119,6 +131,11 @@ impl Gpu {
         self.ordinal
     }
 
+    /// Keeps devices from opening or closing until the guard drops: held through a capture.
+    pub(crate) fn capturing(&self) -> RwLockReadGuard<'static, ()> {
+        CAPTURES.read_recursive()
+    }
+
     /// The stream to this thread until the guard drops (again on a thread that holds it).
     pub(crate) fn hold(&self) -> ReentrantMutexGuard<'_, ()> {
         self.turn.lock()
@@ -145,6 +162,7 @@ impl Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        let _no_capture = device_wide();
         if self.bind().is_ok() {
             // SAFETY: the handles were created in this context and nothing uses them after.
             unsafe {
@@ -154,5 +172,6 @@ impl Drop for Gpu {
                 let _ = cu::stream::destroy(self.stream);
             }
         }
+        self.kernels.unload();
     }
 }

@@ -40,6 +40,13 @@ impl Kernels {
         Kernels { loaded: Mutex::default(), disk: PtxCache::from_env() }
     }
 
+    /// Unloads every kernel (closing the device, which holds [`crate::gpu::device_wide`]).
+    pub(crate) fn unload(&self) {
+        if let Ok(mut loaded) = self.loaded.lock() {
+            loaded.clear();
+        }
+    }
+
     /// The entry point `k` of `source` on `gpu`, compiled and loaded on first use.
     pub(crate) fn function(&self, gpu: &Gpu, source: &Source) -> Result<sys::CUfunction> {
         let mut loaded = self.loaded.lock().map_err(|_| error("the kernel cache was poisoned by a panic"))?;

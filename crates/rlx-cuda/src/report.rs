@@ -33,6 +33,7 @@ unsafe impl Sync for Reports {}
 impl Reports {
     pub(crate) fn new(gpu: &Arc<Gpu>) -> Result<Reports> {
         let dev = DevMem::zeroed(gpu, REPORT * 8)?;
+        let _no_capture = crate::gpu::device_wide();
         // SAFETY: the context is bound (by `zeroed`); freed once, in `drop`.
         let host = unsafe { cu::malloc_host(REPORT * 8, 0) }.map_err(driver("allocating pinned host memory for kernel reports"))?;
         // SAFETY: `host` holds REPORT i64s.
@@ -82,6 +83,7 @@ impl Reports {
 
 impl Drop for Reports {
     fn drop(&mut self) {
+        let _no_capture = crate::gpu::device_wide();
         if self.gpu.bind().is_ok() {
             // SAFETY: allocated by `malloc_host` in `new`; a pending fetch has completed once
             // the stream is idle.
