@@ -136,7 +136,7 @@ def main():
         port = free_port()
         servers.append(("rlx", *start([rlx, "serve", "--model", gguf, "--port", str(port), "--max-batch", "32",
                                        "--kv-memory", "512"], port)))
-        _, _, client, model = servers[0]
+        _, _, _, client, model = servers[0]
         alone = {}
         for t in TOPICS:
             text, n, finish, first, last = stream_one(client, model, t)

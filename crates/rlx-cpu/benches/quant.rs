@@ -1,11 +1,12 @@
 //! The `Q8Blocks` product (`DequantMatMul` with 8-bit activation blocks, the weight laid out
 //! once in panels) per GGUF weight type, at SmolLM2-135M's FFN-down shape (the one of its
 //! shapes K-quants can hold: k = 1536) and at two larger ones: median time of a decode product
-//! (1 row) and a prefill product (128 rows), and the ratio to `Q4_1` at the same shape.
+//! (1 row) and a prefill product (128 rows), and the ratio to the first type's (`Q4_1`) at the same shape.
 //! Weights are random blocks (finite f16 scales), activations random.
 //!
-//! `cargo bench -p rlx-cpu --bench quant -- [--threads N] [--reps R]`; prints one JSON line
-//! per type, shape and row count.
+//! `cargo bench -p rlx-cpu --bench quant -- [--threads N] [--reps R] [--rows 1,8] [--types Q4_1,Q8_0]`;
+//! prints one JSON line per type, shape and row count (`--rows` and `--types` replace the
+//! defaults: 1 and 128 rows, every type).
 
 use rlx_cpu::kernels::quant::{dequant_matmul_prepacked, prepack};
 use rlx_cpu::view::{In, Out};
@@ -83,6 +84,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<usize>().ok());
     let reps = flag("--reps").unwrap_or(200);
+    let list = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>());
+    let rows_list = match list("--rows") {
+        Some(v) => v.iter().map(|r| r.parse::<usize>()).collect::<Result<Vec<_>, _>>()?,
+        None => ROWS.to_vec(),
+    };
+    let types: Vec<GgufType> = match list("--types") {
+        Some(v) => v.iter().map(|n| TYPES.into_iter().find(|t| format!("{t:?}") == *n).ok_or_else(|| format!("--types: no {n} among {TYPES:?}"))).collect::<Result<_, _>>()?,
+        None => TYPES.to_vec(),
+    };
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(t) = flag("--threads") {
         pool = pool.num_threads(t);
@@ -90,10 +100,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = pool.build()?;
     let threads = pool.current_num_threads();
     for shape in SHAPES {
-        for rows in ROWS {
-            let reps = if rows == 1 { reps } else { (reps / 10).max(5) };
+        for &rows in &rows_list {
+            let reps = if rows <= 8 { reps } else { (reps / 10).max(5) };
             let mut base = None;
-            for t in TYPES {
+            for &t in &types {
                 if shape.1 % t.block_size() != 0 {
                     continue;
                 }
@@ -102,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let base = *base.get_or_insert(secs);
                 let gb_s = (shape.0 * shape.1 / t.block_size() * t.block_bytes()) as f64 / secs / 1e9;
                 println!(
-                    "{{\"type\": \"{t:?}\", \"n\": {}, \"k\": {}, \"rows\": {rows}, \"threads\": {threads}, \"median_us\": {:.2}, \"weight_gb_s\": {gb_s:.2}, \"time_vs_q4_1\": {:.3}}}",
+                    "{{\"type\": \"{t:?}\", \"n\": {}, \"k\": {}, \"rows\": {rows}, \"threads\": {threads}, \"median_us\": {:.2}, \"weight_gb_s\": {gb_s:.2}, \"time_vs_first_type\": {:.3}}}",
                     shape.0,
                     shape.1,
                     secs * 1e6,

@@ -311,8 +311,23 @@ mod tests {
     const TYPES: [GgufType; 8] =
         [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q8_0, GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K];
 
-    const SHAPES: [(usize, usize, usize); 9] =
-        [(1, 7, 64), (1, 8, 32), (2, 4, 32), (6, 8, 64), (7, 5, 96), (63, 3, 32), (129, 9, 128), (5, 300, 256), (1, 1000, 32)];
+    /// `(rows, n, k)`: 1 to 129 activation rows, leaving tails of every length after the kernels'
+    /// tiles of 4 rows, panels short of 8 rows, and enough work to run in parallel.
+    const SHAPES: [(usize, usize, usize); 13] = [
+        (1, 7, 64),
+        (1, 8, 32),
+        (2, 4, 32),
+        (3, 17, 64),
+        (6, 8, 64),
+        (7, 5, 96),
+        (8, 16, 96),
+        (12, 9, 64),
+        (17, 11, 32),
+        (63, 3, 32),
+        (129, 9, 128),
+        (5, 300, 256),
+        (1, 1000, 32),
+    ];
 
     #[test]
     fn the_layout_unpacks_to_the_gguf_bytes() {
@@ -367,8 +382,8 @@ mod tests {
         }
     }
 
-    /// Every kernel this CPU runs gives the portable kernel's bits, a row alone the same as in
-    /// a tile of rows.
+    /// Every kernel this CPU runs (AVX-512 VNNI and AVX2 where the CPU has both) gives the
+    /// portable kernel's bits, each row alone the same as in a tile of rows.
     #[test]
     fn every_kernel_gives_the_portable_bits_alone_and_in_tiles() {
         for (name, kernel) in super::super::q8_simd::available() {
@@ -382,9 +397,11 @@ mod tests {
                     panels.matmul(&x, &mut got, kernel);
                     panels.matmul(&x, &mut portable, PORTABLE);
                     assert_eq!(got, portable, "{name} {t:?} {rows}×{n}×{k}");
-                    let mut last = vec![f32::NAN; n];
-                    panels.matmul(&x[(rows - 1) * k..], &mut last, kernel);
-                    assert_eq!(last, got[(rows - 1) * n..], "{name} {t:?} {rows}×{n}×{k}: the last row alone");
+                    for r in 0..rows {
+                        let mut alone = vec![f32::NAN; n];
+                        panels.matmul(&x[r * k..(r + 1) * k], &mut alone, kernel);
+                        assert_eq!(alone, got[r * n..(r + 1) * n], "{name} {t:?} {rows}×{n}×{k}: row {r} alone");
+                    }
                 }
             }
         }
