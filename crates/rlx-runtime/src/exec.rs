@@ -145,6 +145,9 @@ struct Plan<E: Engine> {
     recording: Option<(u64, E::Recording)>,
     /// Per step, its calls and their time while profiling (empty otherwise).
     times: Vec<(u64, Duration)>,
+    /// Elements the steps (hoisted ones too) read and write, summed: the size of a run, which
+    /// [`Engine::needs_scope`] weighs.
+    elements: usize,
 }
 
 impl<E: Engine> Executor<E> {
@@ -218,10 +221,16 @@ impl<E: Engine> Executor<E> {
         let Executor { plans, params, prepared, empty, profiling, epoch, layout, .. } = self;
         let plan = plans.get_mut(&key).expect("plan was made above");
         let (profiling, at) = (*profiling, *epoch);
-        engine.scope(|| {
-            plan.hold_weights(&engine, params, prepared, empty, at, layout)?;
-            plan.run(&engine, params, prepared, empty, inputs, profiling, *layout)
-        })?;
+        let scoped = engine.needs_scope(plan.elements);
+        let (plan_in, layout_in) = (&mut *plan, &mut *layout);
+        let mut body = || {
+            plan_in.hold_weights(&engine, params, prepared, empty, at, layout_in)?;
+            plan_in.run(&engine, params, prepared, empty, inputs, profiling, *layout_in)
+        };
+        match scoped {
+            true => engine.scope(body)?,
+            false => body()?,
+        }
         // Outputs are read on the caller's thread, not in the launches' context (a CPU pool
         // worker): the buffers they are read into then come from the caller's allocator arena,
         // which the next run's outputs reuse, instead of a worker's, which keeps them once
@@ -275,6 +284,20 @@ impl<E: Engine> Executor<E> {
         }
         Ok(())
     }
+}
+
+/// The elements every step of `schedule` (hoisted or not) reads and writes, summed.
+fn step_elements(graph: &Graph, schedule: &Schedule) -> usize {
+    let count = |v: &Value| v.dims.iter().product::<usize>();
+    schedule
+        .hoisted
+        .iter()
+        .chain(&schedule.steps)
+        .map(|step| {
+            let read: usize = graph.node(step.node).inputs.iter().map(|&v| count(schedule.value(v))).sum();
+            read + schedule.values[step.node.index()].iter().map(count).sum::<usize>()
+        })
+        .sum()
 }
 
 /// A value's dtype and dims.
@@ -363,7 +386,8 @@ impl<E: Engine> Plan<E> {
             .collect::<Result<Vec<_>>>()?;
         let arena = engine.alloc(schedule.arena)?;
         let prepared_consts = (0..consts.len()).map(|_| None).collect();
-        Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, recording: None, times: Vec::new() })
+        let elements = step_elements(&graph, &schedule);
+        Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, recording: None, times: Vec::new(), elements })
     }
 
     /// This plan's buffer of the constant `v` of `graph` (another specialization of the same
