@@ -181,26 +181,28 @@ impl<E: Engine> Executor<E> {
         };
         let static_inputs: Option<Vec<Vec<usize>>> = exec.graph.inputs().iter().map(|(_, v)| exec.graph.ty(*v).shape.as_static()).collect();
         if let (Some(shapes), true) = (static_inputs, exec.symbols.is_empty()) {
-            exec.plan_for(&shapes, &Bindings::new())?;
+            let key = exec.key(shapes.iter().map(Vec::as_slice), &Bindings::new());
+            exec.plan_for(&key, &Bindings::new())?;
         }
         Ok(exec)
     }
 
-    /// The key of the plan for these input dims and symbol sizes.
-    fn key(&self, dims: &[Vec<usize>], bindings: &Bindings) -> Vec<Vec<usize>> {
-        let mut key = dims.to_vec();
+    /// The key of the plan for these input dims and symbol sizes: the dims, then the sizes.
+    fn key<'d>(&self, dims: impl ExactSizeIterator<Item = &'d [usize]>, bindings: &Bindings) -> Vec<Vec<usize>> {
+        let mut key = Vec::with_capacity(dims.len() + 1);
+        key.extend(dims.map(<[usize]>::to_vec));
         key.push(self.symbols.iter().map(|s| bindings.get(s).copied().unwrap_or(usize::MAX)).collect());
         key
     }
 
-    /// The plan for these input dims and symbol sizes, made on first use.
-    fn plan_for(&mut self, dims: &[Vec<usize>], bindings: &Bindings) -> Result<&mut Plan<E>> {
-        let key = self.key(dims, bindings);
-        if !self.plans.contains_key(&key) {
+    /// The plan of `key` (see [`Executor::key`]), made on first use.
+    fn plan_for(&mut self, key: &[Vec<usize>], bindings: &Bindings) -> Result<&mut Plan<E>> {
+        if !self.plans.contains_key(key) {
+            let dims = &key[..key.len() - 1];
             let plan = Plan::new(&*self.engine, &self.graph, dims, bindings, self.plans.values())?;
-            self.plans.insert(key.clone(), plan);
+            self.plans.insert(key.to_vec(), plan);
         }
-        Ok(self.plans.get_mut(&key).expect("plan was just inserted"))
+        Ok(self.plans.get_mut(key).expect("plan was just inserted"))
     }
 
     /// Runs the plan for `inputs`, makes each output `o` of `updates` (`(output, parameter)`)
@@ -213,11 +215,12 @@ impl<E: Engine> Executor<E> {
         updates: &[(usize, usize)],
         out: impl Fn(&Ran<'_, E>, usize) -> Result<R>,
     ) -> Result<Vec<R>> {
-        let dims: Vec<Vec<usize>> = inputs.iter().map(|f| f.dims().to_vec()).collect();
+        let key = self.key(inputs.iter().map(Feed::dims), bindings);
         let engine = self.engine.clone();
-        self.plan_for(&dims, bindings)?;
-        let key = self.key(&dims, bindings);
-        self.check_updates(&self.plans[&key], updates)?;
+        self.plan_for(&key, bindings)?;
+        if !updates.is_empty() {
+            self.check_updates(&self.plans[&key], updates)?;
+        }
         let Executor { plans, params, prepared, empty, profiling, epoch, layout, .. } = self;
         let plan = plans.get_mut(&key).expect("plan was made above");
         let (profiling, at) = (*profiling, *epoch);
@@ -684,8 +687,8 @@ impl<E: Engine> Executable for Executor<E> {
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {
-        let dims: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        Ok(Some(self.plan_for(&dims, bindings)?.schedule.arena))
+        let key = self.key(inputs.iter().map(|t| t.shape()), bindings);
+        Ok(Some(self.plan_for(&key, bindings)?.schedule.arena))
     }
 
     fn set_profiling(&mut self, on: bool) -> bool {
