@@ -159,7 +159,8 @@ impl OnnxSession {
             }
             key
         };
-        if !cache.contains_key(&key(*values)) {
+        let probe = key(*values);
+        if !cache.contains_key(&probe) {
             let data = |t: &Tensor| TensorData { dtype: t.dtype(), dims: t.shape().to_vec(), bytes: t.bytes().to_vec() };
             let import = |values: bool| {
                 let o = ImportOptions {
@@ -178,6 +179,7 @@ impl OnnxSession {
             }
             .map_err(error::io)?;
             let entry = py.detach(|| compile(&self.session, &imported))?;
+            // Importing may have switched to keying by values too: file it under the new key.
             cache.insert(key(*values), entry);
         }
         cache.get_mut(&key(*values)).ok_or_else(|| RlxError::new_err("compiled model missing from the cache"))
@@ -250,15 +252,11 @@ impl OnnxSession {
             Mode::Static(entry) => entry,
             Mode::PerInputs { values, cache } => self.entry_for(py, values, cache, &named)?,
         };
-        let wanted: Vec<String> = entry.compiled.inputs().map(|(n, _)| n.to_string()).collect();
-        let inputs: Vec<(&str, &Tensor)> = named.iter().filter(|(n, _)| wanted.contains(n)).map(|(n, t)| (n.as_str(), t)).collect();
         let compiled = &mut entry.compiled;
-        let out = py.detach(|| compiled.run(&inputs)).map_err(error::runtime)?;
-        let layouts = entry.layouts.clone();
-        drop(guard);
-        let mut out = out.into_iter();
-        let mut result = Vec::with_capacity(layouts.len());
-        for layout in &layouts {
+        let inputs: Vec<(&str, &Tensor)> = named.iter().filter(|(n, _)| compiled.inputs().any(|(w, _)| w == n)).map(|(n, t)| (n.as_str(), t)).collect();
+        let mut out = py.detach(|| compiled.run(&inputs)).map_err(error::runtime)?.into_iter();
+        let mut result = Vec::with_capacity(entry.layouts.len());
+        for layout in &entry.layouts {
             result.push(match layout {
                 Layout::Tensor => to_numpy(py, out.next().ok_or_else(|| RlxError::new_err("the graph returned fewer outputs than the model declares"))?)?,
                 Layout::Sequence(n) => {

@@ -3,6 +3,7 @@
 //! lifecycle are the shared [`rlx_runtime::Executor`]'s.
 
 use crate::dispatch::{self, Packed};
+use crate::kernels::PAR_MIN;
 use crate::view::{In, Out};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, HostBuffer, Result, RuntimeError, Tensor};
@@ -119,5 +120,12 @@ impl Engine for CpuEngine {
     /// (measured: a quarter of a decode step went to those hand-offs).
     fn scope<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         crate::awake::run(f)
+    }
+
+    /// A run of fewer elements than one kernel would split ([`PAR_MIN`]) takes a few
+    /// microseconds on the caller's thread; handing it to a pool worker and back costs about
+    /// as much again (two thread wake-ups).
+    fn needs_scope(&self, elements: usize) -> bool {
+        elements >= PAR_MIN
     }
 }

@@ -158,4 +158,11 @@ pub trait Engine: Send + Sync + 'static {
     fn scope<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         f()
     }
+
+    /// Whether a run whose steps read and write `elements` elements in all needs
+    /// [`Engine::scope`]; when not, the executor runs it on the caller's thread. The CPU's
+    /// scope hands the run to its pool, which costs more than a run too small to split.
+    fn needs_scope(&self, _elements: usize) -> bool {
+        true
+    }
 }

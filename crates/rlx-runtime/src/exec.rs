@@ -145,6 +145,9 @@ struct Plan<E: Engine> {
     recording: Option<(u64, E::Recording)>,
     /// Per step, its calls and their time while profiling (empty otherwise).
     times: Vec<(u64, Duration)>,
+    /// Elements the steps (hoisted ones too) read and write, summed: the size of a run, which
+    /// [`Engine::needs_scope`] weighs.
+    elements: usize,
 }
 
 impl<E: Engine> Executor<E> {
@@ -178,26 +181,28 @@ impl<E: Engine> Executor<E> {
         };
         let static_inputs: Option<Vec<Vec<usize>>> = exec.graph.inputs().iter().map(|(_, v)| exec.graph.ty(*v).shape.as_static()).collect();
         if let (Some(shapes), true) = (static_inputs, exec.symbols.is_empty()) {
-            exec.plan_for(&shapes, &Bindings::new())?;
+            let key = exec.key(shapes.iter().map(Vec::as_slice), &Bindings::new());
+            exec.plan_for(&key, &Bindings::new())?;
         }
         Ok(exec)
     }
 
-    /// The key of the plan for these input dims and symbol sizes.
-    fn key(&self, dims: &[Vec<usize>], bindings: &Bindings) -> Vec<Vec<usize>> {
-        let mut key = dims.to_vec();
+    /// The key of the plan for these input dims and symbol sizes: the dims, then the sizes.
+    fn key<'d>(&self, dims: impl ExactSizeIterator<Item = &'d [usize]>, bindings: &Bindings) -> Vec<Vec<usize>> {
+        let mut key = Vec::with_capacity(dims.len() + 1);
+        key.extend(dims.map(<[usize]>::to_vec));
         key.push(self.symbols.iter().map(|s| bindings.get(s).copied().unwrap_or(usize::MAX)).collect());
         key
     }
 
-    /// The plan for these input dims and symbol sizes, made on first use.
-    fn plan_for(&mut self, dims: &[Vec<usize>], bindings: &Bindings) -> Result<&mut Plan<E>> {
-        let key = self.key(dims, bindings);
-        if !self.plans.contains_key(&key) {
+    /// The plan of `key` (see [`Executor::key`]), made on first use.
+    fn plan_for(&mut self, key: &[Vec<usize>], bindings: &Bindings) -> Result<&mut Plan<E>> {
+        if !self.plans.contains_key(key) {
+            let dims = &key[..key.len() - 1];
             let plan = Plan::new(&*self.engine, &self.graph, dims, bindings, self.plans.values())?;
-            self.plans.insert(key.clone(), plan);
+            self.plans.insert(key.to_vec(), plan);
         }
-        Ok(self.plans.get_mut(&key).expect("plan was just inserted"))
+        Ok(self.plans.get_mut(key).expect("plan was just inserted"))
     }
 
     /// Runs the plan for `inputs`, makes each output `o` of `updates` (`(output, parameter)`)
@@ -210,18 +215,25 @@ impl<E: Engine> Executor<E> {
         updates: &[(usize, usize)],
         out: impl Fn(&Ran<'_, E>, usize) -> Result<R>,
     ) -> Result<Vec<R>> {
-        let dims: Vec<Vec<usize>> = inputs.iter().map(|f| f.dims().to_vec()).collect();
+        let key = self.key(inputs.iter().map(Feed::dims), bindings);
         let engine = self.engine.clone();
-        self.plan_for(&dims, bindings)?;
-        let key = self.key(&dims, bindings);
-        self.check_updates(&self.plans[&key], updates)?;
+        self.plan_for(&key, bindings)?;
+        if !updates.is_empty() {
+            self.check_updates(&self.plans[&key], updates)?;
+        }
         let Executor { plans, params, prepared, empty, profiling, epoch, layout, .. } = self;
         let plan = plans.get_mut(&key).expect("plan was made above");
         let (profiling, at) = (*profiling, *epoch);
-        engine.scope(|| {
-            plan.hold_weights(&engine, params, prepared, empty, at, layout)?;
-            plan.run(&engine, params, prepared, empty, inputs, profiling, *layout)
-        })?;
+        let scoped = engine.needs_scope(plan.elements);
+        let (plan_in, layout_in) = (&mut *plan, &mut *layout);
+        let mut body = || {
+            plan_in.hold_weights(&engine, params, prepared, empty, at, layout_in)?;
+            plan_in.run(&engine, params, prepared, empty, inputs, profiling, *layout_in)
+        };
+        match scoped {
+            true => engine.scope(body)?,
+            false => body()?,
+        }
         // Outputs are read on the caller's thread, not in the launches' context (a CPU pool
         // worker): the buffers they are read into then come from the caller's allocator arena,
         // which the next run's outputs reuse, instead of a worker's, which keeps them once
@@ -275,6 +287,20 @@ impl<E: Engine> Executor<E> {
         }
         Ok(())
     }
+}
+
+/// The elements every step of `schedule` (hoisted or not) reads and writes, summed.
+fn step_elements(graph: &Graph, schedule: &Schedule) -> usize {
+    let count = |v: &Value| v.dims.iter().product::<usize>();
+    schedule
+        .hoisted
+        .iter()
+        .chain(&schedule.steps)
+        .map(|step| {
+            let read: usize = graph.node(step.node).inputs.iter().map(|&v| count(schedule.value(v))).sum();
+            read + schedule.values[step.node.index()].iter().map(count).sum::<usize>()
+        })
+        .sum()
 }
 
 /// A value's dtype and dims.
@@ -363,7 +389,8 @@ impl<E: Engine> Plan<E> {
             .collect::<Result<Vec<_>>>()?;
         let arena = engine.alloc(schedule.arena)?;
         let prepared_consts = (0..consts.len()).map(|_| None).collect();
-        Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, recording: None, times: Vec::new() })
+        let elements = step_elements(&graph, &schedule);
+        Ok(Plan { graph, schedule, consts, prepared_consts, arena, hoisted_at: None, recording: None, times: Vec::new(), elements })
     }
 
     /// This plan's buffer of the constant `v` of `graph` (another specialization of the same
@@ -660,8 +687,8 @@ impl<E: Engine> Executable for Executor<E> {
     }
 
     fn arena_bytes(&mut self, inputs: &[&Tensor], bindings: &Bindings) -> Result<Option<usize>> {
-        let dims: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        Ok(Some(self.plan_for(&dims, bindings)?.schedule.arena))
+        let key = self.key(inputs.iter().map(|t| t.shape()), bindings);
+        Ok(Some(self.plan_for(&key, bindings)?.schedule.arena))
     }
 
     fn set_profiling(&mut self, on: bool) -> bool {
