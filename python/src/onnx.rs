@@ -159,8 +159,8 @@ impl OnnxSession {
             }
             key
         };
-        let probe = key(*values);
-        if !cache.contains_key(&probe) {
+        let mut k = key(*values);
+        if !cache.contains_key(&k) {
             let data = |t: &Tensor| TensorData { dtype: t.dtype(), dims: t.shape().to_vec(), bytes: t.bytes().to_vec() };
             let import = |values: bool| {
                 let o = ImportOptions {
@@ -180,9 +180,10 @@ impl OnnxSession {
             .map_err(error::io)?;
             let entry = py.detach(|| compile(&self.session, &imported))?;
             // Importing may have switched to keying by values too: file it under the new key.
-            cache.insert(key(*values), entry);
+            k = key(*values);
+            cache.insert(k.clone(), entry);
         }
-        cache.get_mut(&key(*values)).ok_or_else(|| RlxError::new_err("compiled model missing from the cache"))
+        cache.get_mut(&k).ok_or_else(|| RlxError::new_err("compiled model missing from the cache"))
     }
 }
 
