@@ -2,7 +2,8 @@
 //! all-MiniLM-L6-v2's shape (6 layers, hidden 384, 12 heads, FFN 1536) with seeded random
 //! weights, inputs uploaded once, and each forward a submit and a wait; the median of 20 after
 //! warm-up, at 1 × 128, 32 × 128 and 256 × 128 tokens. tools/gpu/minilm.py times PyTorch's
-//! `BertModel` of the same shape the same way (CUDA events around each forward).
+//! `BertModel` of the same shape the same way (CUDA events around each forward). `--only B`
+//! runs the `B × 128` case alone (for a profiler's capture).
 
 /// The GPU tests' session (cuda:0 with the CPU as host), or a skip saying why.
 #[path = "../tests/common/mod.rs"]
@@ -35,7 +36,9 @@ fn main() {
         c.set_param(&p.name, Tensor::from_vec(v, &p.shape).expect("a weight")).expect("the weight fits");
     }
     let host = c.partition().map_or(0, |p| p.segments.iter().filter(|s| s.place == Place::Host).count());
-    for (batch, seq) in [(1usize, 128usize), (32, 128), (256, 128)] {
+    let args: Vec<String> = std::env::args().collect();
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).and_then(|b| b.parse::<usize>().ok());
+    for (batch, seq) in [(1usize, 128usize), (32, 128), (256, 128)].into_iter().filter(|(b, _)| only.is_none_or(|o| o == *b)) {
         let n = batch * seq;
         let ids: Vec<i64> = common::uniform(n, 99, 0.0, 30522.0).into_iter().map(|x| x as i64).collect();
         let up = |v: Vec<i64>| c.upload(&Tensor::from_vec(v, &[batch, seq]).expect("ids")).expect("ids upload");

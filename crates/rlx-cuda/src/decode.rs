@@ -7,7 +7,7 @@ use crate::gpu::Gpu;
 use crate::launch::{self, broadcast, Param};
 use crate::memory::DevMem;
 use crate::rows::{extent, ptr};
-use crate::source::decode::{self as src, PER_LANE, WARPS};
+use crate::source::decode::{self as src, MAX_SPLITS, PER_LANE, WARPS};
 use rlx_ir::ops::attention::{Attention, MaskKind};
 use rlx_ir::Op;
 use rlx_runtime::{Arg, Result};
@@ -66,7 +66,7 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
     let rows = batch * heads;
     let fits = |splits: usize| rows * splits * (d + 2) <= PARTIAL;
     let mut chunk = CHUNK;
-    while !fits(s_k.div_ceil(chunk)) {
+    while !fits(s_k.div_ceil(chunk)) || s_k.div_ceil(chunk) > MAX_SPLITS {
         chunk *= 2;
     }
     if rows > COUNTS {

@@ -130,8 +130,29 @@ impl CudaEngine {
             }
             Op::Gather(g) => {
                 let (table, idx) = (ins[0], ins[1]);
-                let f = self.kernel(source::gather(table.dtype.size(), idx.dtype), op, &[table.dtype, idx.dtype])?;
                 let inner: usize = table.dims[g.axis + 1..].iter().product();
+                let bytes = inner * table.dtype.size();
+                let (to, from) = (out.buf.at(out.offset), table.buf.at(table.offset));
+                if bytes >= 256 && bytes % 16 == 0 && to % 16 == 0 && from % 16 == 0 {
+                    let f = self.kernel(source::gather_rows(idx.dtype), op, &[table.dtype, idx.dtype])?;
+                    let rows = numel(out.dims) / inner;
+                    if rows == 0 {
+                        return Ok(());
+                    }
+                    let mut params = vec![
+                        Param::Ptr(to),
+                        Param::Ptr(from),
+                        Param::Ptr(idx.buf.at(idx.offset)),
+                        Param::I64(rows as i64),
+                        Param::I64((bytes / 16) as i64),
+                        Param::I64(numel(idx.dims) as i64),
+                        Param::I64(table.dims[g.axis] as i64),
+                        Param::Ptr(self.err.ptr()),
+                    ];
+                    let blocks = rows.div_ceil(8).min(1 << 20) as u32;
+                    return crate::launch::grid(&self.gpu, f, (blocks, 1, 1), (256, 1, 1), 0, &mut params);
+                }
+                let f = self.kernel(source::gather(table.dtype.size(), idx.dtype), op, &[table.dtype, idx.dtype])?;
                 let mut params = vec![
                     Param::Ptr(out.buf.at(out.offset)),
                     Param::Ptr(table.buf.at(table.offset)),

@@ -51,6 +51,18 @@ fn over_rows(e: &CudaEngine, f: cudarc::driver::sys::CUfunction, rows: usize, n:
     launch::grid(&e.gpu, f, (extent(grid)?, 1, 1), (threads, 1, 1), 0, &mut params)
 }
 
+/// Whether rows of `n` elements of `d` at these operands can take [`src::norm_held`]: f32 /
+/// f16 / bf16, `n` a multiple of 4 within what the launch's lanes hold, every operand on its
+/// vector's size.
+fn held(d: rlx_ir::DType, n: usize, operands: &[Arg<'_, DevMem>]) -> bool {
+    let lanes = if n <= SHORT { 32 } else if n <= 8192 { 256 } else { ROW_THREADS as usize };
+    let align = 4 * d.size() as u64;
+    matches!(d, rlx_ir::DType::F32 | rlx_ir::DType::F16 | rlx_ir::DType::BF16)
+        && n % 4 == 0
+        && n <= 4 * src::VECS * lanes
+        && operands.iter().all(|a| a.buf.at(a.offset) % align == 0)
+}
+
 /// `Softmax` along `axis` (Python-style) of `x` into `out`.
 pub fn softmax(e: &CudaEngine, op: &Op, axis: i32, x: Arg<'_, DevMem>, out: Arg<'_, DevMem>) -> Res {
     let (outer, n, inner) = lanes(x.dims, rlx_ir::norm_axis(axis as i64, x.dims.len())?);
@@ -68,8 +80,13 @@ pub fn norm(e: &CudaEngine, op: &Op, kind: Norm, axis: i32, eps: f32, ins: &[Arg
     if n == 0 {
         return Ok(());
     }
-    let f = e.kernel(src::norm(kind, x.dtype), op, &[x.dtype])?;
     let rows = outer * inner;
+    if inner == 1 && held(x.dtype, n, &[x, ins[1], ins[2], out]) {
+        let f = e.kernel(src::norm_held(kind, x.dtype, false), op, &[x.dtype])?;
+        let params = vec![ptr(out), ptr(x), ptr(ins[1]), ptr(ins[2]), Param::I64(rows as i64), Param::I64(n as i64), Param::F32(eps)];
+        return over_rows(e, f, rows, n, params);
+    }
+    let f = e.kernel(src::norm(kind, x.dtype), op, &[x.dtype])?;
     let params = vec![ptr(out), ptr(x), ptr(ins[1]), ptr(ins[2]), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64), Param::F32(eps)];
     over_rows(e, f, rows, n, params)
 }
@@ -137,7 +154,6 @@ pub fn residual_norm(e: &CudaEngine, op: &Op, kind: Norm, has_bias: bool, eps: f
     if n == 0 {
         return Ok(());
     }
-    let f = e.kernel(src::residual_norm(kind, x.dtype), op, &[x.dtype])?;
     // The residual's element stride along each leading axis of x (right-aligned, 0 where it
     // broadcasts), and along the feature axis.
     let (rd, own) = (res.dims, contiguous(res.dims));
@@ -155,6 +171,14 @@ pub fn residual_norm(e: &CudaEngine, op: &Op, kind: Norm, has_bias: bool, eps: f
     let bias = if has_bias { ptr(ins[2]) } else { Param::Ptr(0) };
     let (gamma, beta) = (ins[ins.len() - 2], ins[ins.len() - 1]);
     let rows = numel(lead);
+    let mut operands = vec![x, res, gamma, beta, out];
+    operands.extend(has_bias.then(|| ins[2]));
+    if stride(r - 1) == 1 && held(x.dtype, n, &operands) {
+        let f = e.kernel(src::norm_held(kind, x.dtype, true), op, &[x.dtype])?;
+        let params = vec![ptr(out), ptr(x), ptr(res), bias, ptr(gamma), ptr(beta), Param::I64(rows as i64), Param::I64(n as i64), Param::Walk(Box::new(walk)), Param::F32(eps)];
+        return over_rows(e, f, rows, n, params);
+    }
+    let f = e.kernel(src::residual_norm(kind, x.dtype), op, &[x.dtype])?;
     let params = vec![
         ptr(out),
         ptr(x),

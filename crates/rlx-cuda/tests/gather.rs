@@ -1,11 +1,12 @@
-//! `GatherBackward` (an embedding's gradient) on the GPU against the CPU on fresh random
+//! `Gather` (rows of 16-byte chunks copied whole, and single elements) and `GatherBackward`
+//! (an embedding's gradient) on the GPU against the CPU on fresh random tables and
 //! gradients, with repeated indices (whose rows sum), along the first and a negative axis; and
 //! an index outside the table as a typed error. Skips, saying so, without a CUDA device.
 
 mod common;
 
 use common::{agree_native, f32_input, gpu, random, Tol};
-use rlx_ir::ops::index::GatherBackward;
+use rlx_ir::ops::index::{Gather, GatherBackward};
 use rlx_ir::{DType, Graph, OpKind, Shape, TensorType};
 use rlx_runtime::Tensor;
 
@@ -22,6 +23,31 @@ fn graph(table: &[usize], axis: i32, dy_dims: &[usize], idx_dims: &[usize]) -> G
 
 fn indices(n: usize, extent: usize, seed: u64) -> Vec<i64> {
     random(&[n], seed, 0.0, extent as f32).to_vec::<f32>().unwrap().into_iter().map(|x| (x as i64).min(extent as i64 - 1)).collect()
+}
+
+/// `table [..]` gathered along `axis` by `idx` of `idx_dims`.
+fn lookup(table: &[usize], axis: usize, idx_dims: &[usize]) -> Graph {
+    let mut g = Graph::new();
+    let t = f32_input(&mut g, "table", table);
+    let idx = g.input("idx", TensorType::new(DType::I64, Shape::of(idx_dims)));
+    let out = g.add1(Gather { axis }, &[t, idx]).unwrap();
+    g.set_outputs(vec![out]).unwrap();
+    g
+}
+
+#[test]
+fn an_embedding_lookup_copies_rows_as_on_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    for (table, axis, idx_dims, extent) in [(vec![50, 96], 0, vec![3, 40], 50), (vec![2, 30, 68], 1, vec![7], 30), (vec![40, 5], 0, vec![9], 40)] {
+        let g = lookup(&table, axis, &idx_dims);
+        let n = idx_dims.iter().product();
+        let idx = Tensor::from_vec(indices(n, extent, 6), &idx_dims).unwrap();
+        agree_native(&gpu, &g, &[("table", random(&table, 7, -1.0, 1.0)), ("idx", idx)], Tol::rel(0.0), &[OpKind::Gather]);
+    }
+    let mut c = gpu.compile(&lookup(&[5, 64], 0, &[3])).unwrap();
+    let idx = Tensor::from_vec(vec![1i64, 9, 2], &[3]).unwrap();
+    let err = c.run(&[("table", &random(&[5, 64], 8, -1.0, 1.0)), ("idx", &idx)]).unwrap_err().to_string();
+    assert!(err.contains('9') && err.contains('5'), "{err}");
 }
 
 #[test]

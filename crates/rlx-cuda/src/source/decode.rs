@@ -9,22 +9,27 @@ use rlx_ir::DType;
 pub const WARPS: usize = 4;
 /// Channels per lane at most: heads up to 256 wide.
 pub const PER_LANE: usize = 8;
+/// Key splits per row at most (their maxima and normalizers sit in shared memory to merge).
+pub const MAX_SPLITS: usize = 512;
 
 /// `Attention` for one query row per `(batch, head)`, `q, k, v` of float dtype `d`, heads of
 /// `32·per` channels (`per ≤ 8`, values as wide as keys), every key kept (no mask, or a
 /// `bias` of that dtype added to the scores). Grid `(B·H, splits)`, 128 threads: block
-/// `(bh, s)` takes keys `s·chunk ..`, each warp every fourth one, lane `l` channels
-/// `l·per ..`; the warps' online softmaxes (running max, normalizer, weighted sum of values,
+/// `(bh, s)` takes keys `s·chunk ..`, each warp every fourth one in turns of 32 keys whose
+/// biases its lanes read together first, so that keys the bias hides (`-inf`: a cache's
+/// unwritten slots) cost no load, then the kept ones four at a time, their loads issued
+/// together; lane `l` takes channels `l·per ..`; the warps' online softmaxes (running max, normalizer, weighted sum of values,
 /// in `float`) merge into the block's, written to `partial [B·H, splits, 2 + D]`, and the
 /// last block of `bh` to finish (counted in `count [B·H]`, left at zero) merges the splits
-/// into the output row.
+/// into the output row: the splits' maxima and normalizers read once into shared memory,
+/// then each output channel's sum with its loads in flight together.
 pub fn attention(d: DType, bias: Option<DType>) -> Option<Source> {
     let c = float(d).filter(|_| d != DType::F64)?;
     let (mask_type, add) = match bias {
         None => ("void".to_string(), String::new()),
         Some(m) => {
             let mc = ctype(m).filter(|mc| mc.float)?;
-            (mc.store.to_string(), format!("        s += (float){};\n", mc.load("mask[b * mb + h * mh + key * mk]")))
+            (mc.store.to_string(), format!("        if (mine_ < k1) bias = (float){};\n", mc.load("mask[b * mb + h * mh + mine_ * mk]")))
         }
     };
     let code = format!(
@@ -33,7 +38,7 @@ extern "C" __global__ void __launch_bounds__({threads}) k(T* __restrict__ out, c
     i64 qb, i64 qh, i64 kb, i64 kh, i64 kr, i64 vb, i64 vh, i64 vr, i64 ob, i64 oh, i64 mb, i64 mh, i64 mk,
     i64 heads, i64 group, i64 s_k, i64 d, i64 chunk, float scale, float softcap, float* partial, unsigned* count) {{
     CHAIN();
-    __shared__ float wm[{WARPS}], wl[{WARPS}], wacc[{WARPS}][{width}];
+    __shared__ float wm[{WARPS}], wl[{WARPS}], wacc[{WARPS}][{width}], sm[{MAX_SPLITS}], sl[{MAX_SPLITS}];
     __shared__ int last;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, per = (int)(d / 32);
     const i64 bh = blockIdx.x, b = bh / heads, h = bh % heads, hk = h / group;
@@ -45,21 +50,44 @@ extern "C" __global__ void __launch_bounds__({threads}) k(T* __restrict__ out, c
     for (int j = 0; j < {PER_LANE}; ++j) {{ qv[j] = j < per ? {qload} : 0.f; acc[j] = 0.f; }}
     float m = -INF, l = 0.f;
     const i64 k1 = min(s_k, ((i64)blockIdx.y + 1) * chunk);
-    for (i64 key = (i64)blockIdx.y * chunk + w; key < k1; key += {WARPS}) {{
-        const T* kr_ = kbase + key * kr;
-        const T* vr_ = vbase + key * vr;
-        float dot = 0.f;
-        #pragma unroll
-        for (int j = 0; j < {PER_LANE}; ++j) if (j < per) dot += qv[j] * {kload};
-        float s = warp_sum(dot) * scale;
-        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-{add}        if (s == -INF) continue;
-        const float top = fmaxf(m, s);
-        const float corr = m == -INF ? 0.f : expf(m - top), p = expf(s - top);
-        l = l * corr + p;
-        #pragma unroll
-        for (int j = 0; j < {PER_LANE}; ++j) if (j < per) acc[j] = acc[j] * corr + p * {vload};
-        m = top;
+    for (i64 turn = (i64)blockIdx.y * chunk + w; turn < k1; turn += 32 * {WARPS}) {{
+        const i64 mine_ = turn + (i64)lane * {WARPS};
+        float bias = 0.f;
+{add}        unsigned live = __ballot_sync(FULL, mine_ < k1 && bias != -INF);
+        while (live) {{
+            int idx[4];
+            #pragma unroll
+            for (int u = 0; u < 4; ++u) {{ idx[u] = live ? __ffs(live) - 1 : -1; live &= live - 1; }}
+            float kf[4][{PER_LANE}], vf[4][{PER_LANE}];
+            #pragma unroll
+            for (int u = 0; u < 4; ++u) {{
+                const i64 key = turn + (i64)(idx[u] < 0 ? 0 : idx[u]) * {WARPS};
+                const T* kr_ = kbase + key * kr;
+                const T* vr_ = vbase + key * vr;
+                #pragma unroll
+                for (int j = 0; j < {PER_LANE}; ++j) {{
+                    kf[u][j] = idx[u] >= 0 && j < per ? {kload} : 0.f;
+                    vf[u][j] = idx[u] >= 0 && j < per ? {vload} : 0.f;
+                }}
+            }}
+            #pragma unroll
+            for (int u = 0; u < 4; ++u) {{
+                if (idx[u] < 0) break;
+                float dot = 0.f;
+                #pragma unroll
+                for (int j = 0; j < {PER_LANE}; ++j) dot += qv[j] * kf[u][j];
+                float s = warp_sum(dot) * scale;
+                if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+                s += __shfl_sync(FULL, bias, idx[u]);
+                if (s == -INF) continue;
+                const float top = fmaxf(m, s);
+                const float corr = m == -INF ? 0.f : expf(m - top), p = expf(s - top);
+                l = l * corr + p;
+                #pragma unroll
+                for (int j = 0; j < {PER_LANE}; ++j) acc[j] = acc[j] * corr + p * vf[u][j];
+                m = top;
+            }}
+        }}
     }}
     if (lane == 0) {{ wm[w] = m; wl[w] = l; }}
     #pragma unroll
@@ -85,18 +113,20 @@ extern "C" __global__ void __launch_bounds__({threads}) k(T* __restrict__ out, c
     __syncthreads();
     if (!last) return;
     const float* all = partial + bh * gridDim.y * (d + 2);
+    const int splits = (int)gridDim.y;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {{ sm[s] = __ldcg(all + s * (d + 2)); sl[s] = __ldcg(all + s * (d + 2) + 1); }}
+    __syncthreads();
     float most = -INF;
-    for (unsigned s = 0; s < gridDim.y; ++s) most = fmaxf(most, __ldcg(all + s * (d + 2)));
+    for (int s = 0; s < splits; ++s) most = fmaxf(most, sm[s]);
+    __syncthreads();
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) sm[s] = sm[s] == -INF ? 0.f : expf(sm[s] - most);
+    __syncthreads();
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += sl[s] * sm[s];
     for (i64 t = threadIdx.x; t < d; t += blockDim.x) {{
-        float sum = 0.f, o = 0.f;
-        for (unsigned s = 0; s < gridDim.y; ++s) {{
-            const float* part = all + s * (d + 2);
-            const float ms = __ldcg(part);
-            if (ms == -INF) continue;
-            const float e = expf(ms - most);
-            sum += __ldcg(part + 1) * e;
-            o += __ldcg(part + 2 + t) * e;
-        }}
+        float o = 0.f;
+        #pragma unroll 8
+        for (int s = 0; s < splits; ++s) o += __ldcg(all + s * (d + 2) + 2 + t) * sm[s];
         out[b * ob + h * oh + t] = {result};
     }}
     if (threadIdx.x == 0) count[bh] = 0;

@@ -145,7 +145,7 @@ __device__ __forceinline__ bool kept(int key, int at, int s_k, int causal, int w
 "#;
 
 /// Undefines the macros of a flash source, so that sources can share one NVRTC program.
-const END: &str = "#undef D\n#undef MMA_T\n#undef LOAD\n#undef LOG2E\n#undef S_\n#undef DT\n#undef KD\n#undef bt_at\n#undef RS\n#undef MT\n#undef NT\n#undef STATS\n#undef BR\n#undef BC\n#undef BN\n#undef BM\n#undef KEYMASK\n";
+const END: &str = "#undef D\n#undef MMA_T\n#undef LOAD\n#undef LOG2E\n#undef S_\n#undef DT\n#undef KD\n#undef bt_at\n#undef RS\n#undef MT\n#undef NT\n#undef STATS\n#undef BR\n#undef BC\n#undef BN\n#undef BM\n#undef KEYMASK\n#undef MINB\n";
 
 /// The forward kernel (`stats`: the backward's statistics pass instead of the output), with
 /// a `Custom` key mask of dtype `mask` (float or bool) where given.
@@ -194,7 +194,9 @@ pub fn query_grads(d: DType, head: usize) -> Option<Source> {
 /// (with `KEYMASK`) has strides `a.mask[0]` (batch) and `a.mask[3]` (key).
 const FORWARD: &str = r#"#define MT 2          /* 16-row tiles per warp */
 #define NT (BC / 8)
-extern "C" __global__ void __launch_bounds__(128, 2) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, float* __restrict__ lse, float* __restrict__ dsum, i64 pad, const MK* __restrict__ kmask, Attn a) {
+/* Blocks an SM keeps: four for heads of up to 32 channels (their registers fit 128 a thread), else two. */
+#define MINB (D <= 32 ? 4 : 2)
+extern "C" __global__ void __launch_bounds__(128, MINB) k(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, const T* __restrict__ dy, float* __restrict__ lse, float* __restrict__ dsum, i64 pad, const MK* __restrict__ kmask, Attn a) {
     CHAIN();
     extern __shared__ __align__(16) u16 flash_sm[];
     u16* sQ = flash_sm;

@@ -4,7 +4,6 @@
 //! f16 or bf16 is rounded to it, as storing it between two launches would.
 
 use super::{binary_expr, cast_expr, compare_expr, ctype, single, CType, Source, PRELUDE, SELECT};
-use rlx_ir::ops::elementwise::{emit, table};
 use rlx_ir::ops::fused::{chain_dtypes, ChainStep, ElementwiseRegion, Operand, RegionPrologue};
 use rlx_ir::DType;
 
@@ -47,7 +46,7 @@ pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
         let (operands, expr) = match step {
             ChainStep::Activation(kind, a) => {
                 single(dtype_of(a)).then_some(())?;
-                defs += &emit::function(emit::Target::CudaC, &format!("f{j}"), &table::forward_expr(*kind));
+                defs += &super::forward_fn(&format!("f{j}"), *kind, out);
                 (vec![a], format!("f{j}(a)"))
             }
             ChainStep::Cast(to, a) => (vec![a], cast_expr(dtype_of(a), *to)?),

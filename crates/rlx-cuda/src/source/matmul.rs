@@ -3,7 +3,7 @@
 //! bias and applies an activation where cuBLASLt's own do not: see [`bias_act`].
 
 use super::{ctype, Source, PRELUDE};
-use rlx_ir::ops::elementwise::{emit, table, ActivationKind};
+use rlx_ir::ops::elementwise::ActivationKind;
 use rlx_ir::DType;
 
 /// Columns per block: 32 lanes of 8 columns each (one 16-byte load per lane and weight row).
@@ -86,18 +86,37 @@ extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const
 /// `y = act(y [+ bias[column]])` in place over `y [rows, n]` of f16 / bf16, in f32 with one
 /// rounding: the epilogue of `FusedMatMulBiasAct` after the GEMV, or after cuBLASLt's bias
 /// for an activation it has no epilogue for. `k(y, bias, total, n)`, launched by
-/// `launch::tiled`; the column in 32-bit arithmetic while `total` fits.
+/// `launch::tiled`. Where `n` is a multiple of 8 and `y` and `bias` lie on 16 bytes, each
+/// thread moves 8 elements (one row's 8 columns) with one 16-byte load and store; otherwise
+/// one element at a time, the column in 32-bit arithmetic while `total` fits.
 pub fn bias_act(d: DType, act: Option<ActivationKind>, bias: bool) -> Option<Source> {
     if !matches!(d, DType::F16 | DType::BF16) {
         return None;
     }
     let c = ctype(d)?;
-    let f = act.map(|kind| emit::function(emit::Target::CudaC, "f", &table::forward_expr(kind))).unwrap_or_default();
-    let add = if bias { format!(" + {}", c.load("bias[narrow ? (i64)((u32)i % (u32)n) : i % n]")) } else { String::new() };
+    let f = act.map(|kind| super::forward_fn("f", kind, d)).unwrap_or_default();
+    let add_at = |column: &str| if bias { format!(" + {}", c.load(&format!("bias[{column}]"))) } else { String::new() };
+    let add = add_at("narrow ? (i64)((u32)i % (u32)n) : i % n");
     let apply = if act.is_some() { " v = f(v);" } else { "" };
     let code = format!(
-        r#"{PRELUDE}{f}extern "C" __global__ void k(u16* __restrict__ y, const u16* __restrict__ bias, i64 total, i64 n) {{
+        r#"{PRELUDE}{f}__device__ __forceinline__ u32 pair(u32 two, const u16* __restrict__ bias, i64 c) {{
+    float lo_ = {lo}, hi_ = {hi};
+    {{ float v = lo_{add_lo};{apply} lo_ = v; }}
+    {{ float v = hi_{add_hi};{apply} hi_ = v; }}
+    return (u32){store_lo} | ((u32){store_hi} << 16);
+}}
+extern "C" __global__ void k(u16* __restrict__ y, const u16* __restrict__ bias, i64 total, i64 n) {{
     CHAIN();
+    if ((n & 7) == 0 && ((u64)y & 15) == 0{bias_aligned}) {{
+        const i64 groups = total >> 3;
+        for (i64 q = (i64)blockIdx.x * blockDim.x + threadIdx.x; q < groups; q += (i64)gridDim.x * blockDim.x) {{
+            uint4 v = ((const uint4*)y)[q];
+            const i64 c = (q << 3) % n;
+            v.x = pair(v.x, bias, c); v.y = pair(v.y, bias, c + 2); v.z = pair(v.z, bias, c + 4); v.w = pair(v.w, bias, c + 6);
+            ((uint4*)y)[q] = v;
+        }}
+        return;
+    }}
     const bool narrow = total <= 0xffffffffll;
     TILES(t, total) {{
         float v_[UNROLL];
@@ -108,6 +127,13 @@ pub fn bias_act(d: DType, act: Option<ActivationKind>, bias: bool) -> Option<Sou
 "#,
         load = c.load("y[i]"),
         store = c.store("v"),
+        bias_aligned = if bias { " && ((u64)bias & 15) == 0" } else { "" },
+        lo = c.load("(u16)(two & 0xffffu)"),
+        hi = c.load("(u16)(two >> 16)"),
+        add_lo = add_at("c"),
+        add_hi = add_at("c + 1"),
+        store_lo = c.store("lo_"),
+        store_hi = c.store("hi_"),
     );
     Some(Source { name: "bias and activation", code })
 }

@@ -169,8 +169,24 @@ fn map(name: &'static str, out: DType, ins: &[DType], defs: &str, expr: &str) ->
 /// `f(x)` of an activation over a float dtype.
 pub fn activation(kind: ActivationKind, d: DType) -> Option<Source> {
     single(d).then_some(())?;
-    let f = emit::function(emit::Target::CudaC, "f", &table::forward_expr(kind));
-    map("activation", d, &[d], &f, "f(a)")
+    map("activation", d, &[d], &forward_fn("f", kind, d), "f(a)")
+}
+
+/// Activation `kind` as the CUDA function `name(x)`, whose value is stored as `d`: the
+/// expression table's, except exact GELU stored as f16 / bf16, which takes PyTorch's
+/// `x/2·(1 + erf(x/√2))` above −3 (erff costs about half of erfcf, and there `1 + erf` ≥
+/// 2.7e-3 keeps its f32 error near 2e-5 relative, far under a half's rounding) and the
+/// table's `erfc` form below.
+fn forward_fn(name: &str, kind: ActivationKind, d: DType) -> String {
+    let table = |name: &str| emit::function(emit::Target::CudaC, name, &table::forward_expr(kind));
+    if kind != ActivationKind::Gelu || !matches!(d, DType::F16 | DType::BF16) {
+        return table(name);
+    }
+    let tail = format!("{name}_tail");
+    format!(
+        "{}__device__ __forceinline__ float {name}(float x) {{ return x > -3.0f ? 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)) : {tail}(x); }}\n",
+        table(&tail)
+    )
 }
 
 /// `ȳ·f′(x)` (inputs `x`, `ȳ`) over a float dtype.
@@ -291,15 +307,24 @@ pub fn copy(size: usize) -> Option<Source> {
 
 /// `Gather` of elements of `size` bytes by integer indices of `index`: `out[o, j, r] =
 /// in[o, idx[j], r]`. An index outside `[0, extent)` writes 0 and reports itself in `err`
-/// (`[flag, index, extent]`), which the engine turns into an error after the run.
+/// (`[flag, index, extent]`), which the engine turns into an error after the run. The
+/// position splits in 32-bit arithmetic while the output has fewer than 2³² elements.
 pub fn gather(size: usize, index: DType) -> Option<Source> {
     let t = ["u8", "u16", "", "u32", "", "", "", "u64"].get(size.checked_sub(1)?).filter(|t| !t.is_empty())?;
     let i = ctype(index).filter(|c| !c.float && index != DType::Bool)?;
     let code = format!(
         "{PRELUDE}extern \"C\" __global__ void k({t}* __restrict__ out, const {t}* __restrict__ in, const {it}* __restrict__ idx, i64 n, i64 inner, i64 count, i64 extent, i64* err) {{
     CHAIN();
+    const bool narrow = n <= 0xffffffffll;
     EACH(i, n) {{
-        i64 r = i % inner, q = i / inner, j = q % count, o = q / count;
+        i64 r, j, o;
+        if (narrow) {{
+            const u32 q = (u32)i / (u32)inner, p = q / (u32)count;
+            r = (u32)i - q * (u32)inner; j = q - p * (u32)count; o = p;
+        }} else {{
+            const i64 q = i / inner;
+            r = i - q * inner; j = q % count; o = q / count;
+        }}
         i64 at = (i64)idx[j];
         if (at < 0 || at >= extent) {{
             if (atomicCAS((unsigned long long*)err, 0ull, 1ull) == 0ull) {{ err[1] = at; err[2] = extent; }}
@@ -313,6 +338,36 @@ pub fn gather(size: usize, index: DType) -> Option<Source> {
         it = i.store
     );
     Some(Source { name: "gather", code })
+}
+
+/// [`gather`] of whole rows of 16-byte chunks (`inner` elements that fill `chunks` of them,
+/// every row's start on 16 bytes): warp `q` of a grid stride over warps copies output row `q`
+/// (index `q mod count` of batch `q / count`), its lanes taking the row's chunks, so the
+/// row's position is split once per row instead of once per element. Reports a bad index as
+/// [`gather`] does.
+pub fn gather_rows(index: DType) -> Option<Source> {
+    let i = ctype(index).filter(|c| !c.float && index != DType::Bool)?;
+    let code = format!(
+        "{PRELUDE}extern \"C\" __global__ void k(uint4* __restrict__ out, const uint4* __restrict__ in, const {it}* __restrict__ idx, i64 rows, i64 chunks, i64 count, i64 extent, i64* err) {{
+    CHAIN();
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (i64 q = (i64)blockIdx.x * warps + (threadIdx.x >> 5); q < rows; q += (i64)gridDim.x * warps) {{
+        const i64 j = q % count, o = q / count;
+        const i64 at = (i64)idx[j];
+        uint4* to = out + q * chunks;
+        if (at < 0 || at >= extent) {{
+            if (lane == 0 && atomicCAS((unsigned long long*)err, 0ull, 1ull) == 0ull) {{ err[1] = at; err[2] = extent; }}
+            for (i64 c = lane; c < chunks; c += 32) to[c] = make_uint4(0, 0, 0, 0);
+        }} else {{
+            const uint4* from = in + (o * extent + at) * chunks;
+            for (i64 c = lane; c < chunks; c += 32) to[c] = from[c];
+        }}
+    }}
+}}
+",
+        it = i.store
+    );
+    Some(Source { name: "gather rows", code })
 }
 
 /// `GatherBackward` of an f32 gradient (the output zeroed before): `out[o, idx[j], r] +=
@@ -379,7 +434,7 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Cast(c) => cast(d(0)?, c.to).map(|s| vec![s]),
         Op::Reshape(_) | Op::StopGradient(_) => Some(Vec::new()),
         Op::Transpose(_) | Op::Expand(_) | Op::Narrow(_) | Op::Slice(_) | Op::Reverse(_) | Op::Concat(_) => moves(d(0)?),
-        Op::Gather(_) => supported(d(0)?).then(|| gather(d(0)?.size(), d(1)?)).flatten().map(|s| vec![s]),
+        Op::Gather(_) => supported(d(0)?).then(|| Some(vec![gather(d(0)?.size(), d(1)?)?, gather_rows(d(1)?)?])).flatten(),
         Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce::all(r.op, d(0)?),
         Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().chain(matmul::staging(dtypes[0])).collect()),
@@ -398,10 +453,10 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
             _ => None,
         },
         Op::Softmax(_) => rows::softmax(d(0)?).map(|s| vec![s]),
-        Op::LayerNorm(_) | Op::LayerNorm2d(_) => rows::norm(Norm::Layer, d(0)?).map(|s| vec![s]),
-        Op::RmsNorm(_) => rows::norm(Norm::Rms, d(0)?).map(|s| vec![s]),
-        Op::FusedResidualLN(_) => rows::residual_norm(Norm::Layer, d(0)?).map(|s| vec![s]),
-        Op::FusedResidualRmsNorm(_) => rows::residual_norm(Norm::Rms, d(0)?).map(|s| vec![s]),
+        Op::LayerNorm(_) | Op::LayerNorm2d(_) => norms(rows::norm(Norm::Layer, d(0)?), Norm::Layer, d(0)?, false),
+        Op::RmsNorm(_) => norms(rows::norm(Norm::Rms, d(0)?), Norm::Rms, d(0)?, false),
+        Op::FusedResidualLN(_) => norms(rows::residual_norm(Norm::Layer, d(0)?), Norm::Layer, d(0)?, true),
+        Op::FusedResidualRmsNorm(_) => norms(rows::residual_norm(Norm::Rms, d(0)?), Norm::Rms, d(0)?, true),
         Op::LayerNormBackwardInput(_) if same(3) => rows::norm_backward_input(Norm::Layer, d(0)?).map(|s| vec![s]),
         Op::RmsNormBackwardInput(_) if same(4) => rows::norm_backward_input(Norm::Rms, d(0)?).map(|s| vec![s]),
         Op::LayerNormBackwardGamma(_) if same(2) => norm_params(Some(Norm::Layer), d(0)?),
@@ -439,6 +494,11 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::KvAppend(_) => supported(d(0)?).then(|| Some(vec![kv_write(d(0)?.size())?, copy(d(0)?.size())?])).flatten(),
         _ => None,
     }
+}
+
+/// A norm's general row kernel and, where the dtype has one, its rows-held form.
+fn norms(general: Option<Source>, norm: Norm, d: DType, residual: bool) -> Option<Vec<Source>> {
+    Some(std::iter::once(general?).chain(rows::norm_held(norm, d, residual)).collect())
 }
 
 /// The kernels of a norm's parameter gradient: the rows' statistics (`dγ`, for `norm`), the

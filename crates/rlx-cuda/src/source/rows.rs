@@ -201,6 +201,102 @@ pub fn residual_norm(norm: Norm, d: DType) -> Option<Source> {
     Some(row_source(if norm == Norm::Layer { "fused residual layer norm" } else { "fused residual rms norm" }, &c, &body))
 }
 
+/// Vectors of 4 a lane holds of its row in [`norm_held`]: rows of up to `4·VECS·width`.
+pub const VECS: usize = 8;
+
+/// Loads and stores of 4 consecutive elements of `c` as one vector (8 bytes for f16 / bf16,
+/// 16 for f32) into / from 4 floats; the address lies on the vector's size.
+fn vec4(c: &CType) -> String {
+    let (load, store) = match c.convert {
+        Some(convert) => convert,
+        None => return "__device__ __forceinline__ void ld4(const float* p, float* o) { const float4 w = *(const float4*)p; o[0] = w.x; o[1] = w.y; o[2] = w.z; o[3] = w.w; }
+__device__ __forceinline__ void st4(float* p, const float* v) { *(float4*)p = make_float4(v[0], v[1], v[2], v[3]); }
+".into(),
+    };
+    format!(
+        "__device__ __forceinline__ void ld4(const u16* p, float* o) {{ const uint2 w = *(const uint2*)p; o[0] = {load}((u16)(w.x & 0xffffu)); o[1] = {load}((u16)(w.x >> 16)); o[2] = {load}((u16)(w.y & 0xffffu)); o[3] = {load}((u16)(w.y >> 16)); }}
+__device__ __forceinline__ void st4(u16* p, const float* v) {{ uint2 w; w.x = (u32){store}(v[0]) | ((u32){store}(v[1]) << 16); w.y = (u32){store}(v[2]) | ((u32){store}(v[3]) << 16); *(uint2*)p = w; }}
+"
+    )
+}
+
+/// A norm over contiguous rows (`inner` 1) of f32 / f16 / bf16 whose length `n` is a multiple
+/// of 4 and at most `4·VECS` per lane: each lane loads its vectors of the row once into
+/// registers (`x`, or with `residual` the rounded `x + residual [+ bias]` as
+/// [`residual_norm`] forms it), takes the statistics from them and writes the normalized
+/// vectors; nothing is read twice from memory. Parameters as [`residual_norm`]'s with
+/// `residual` (its feature axis contiguous), else as [`norm`]'s without `inner`.
+pub fn norm_held(norm: Norm, d: DType, residual: bool) -> Option<Source> {
+    let c = float(d).filter(|c| c.compute == "float")?;
+    let round = |e: &str| c.load(&c.store(e));
+    let (params, rows_in, sum) = if residual {
+        (
+            "const T* __restrict__ res, const T* __restrict__ bias, const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, Walk rw, float eps, int per_warp",
+            "    const T* rr = res + walk(rw, 0, l.row);\n",
+            format!(
+                "float b[4], s[4]; ld4(rr + 4 * j, b);
+            if (bias) ld4(bias + 4 * j, s);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{ float t = {sum}; if (bias) t = {plus}; v[q][e] = t; }}",
+                sum = round("a[e] + b[e]"),
+                plus = round("t + s[e]"),
+            ),
+        )
+    } else {
+        ("const T* __restrict__ gamma, const T* __restrict__ beta, i64 rows, i64 n, float eps, int per_warp", "", "for (int e = 0; e < 4; ++e) v[q][e] = a[e];".to_string())
+    };
+    let centre = match norm {
+        Norm::Layer => "    mean = row_sum(mean, per_warp) / (float)n;
+    float var = 0;
+#pragma unroll
+    for (int q = 0; q < VECS; ++q) if (l.lane + q * l.width < nv) for (int e = 0; e < 4; ++e) { const float t = v[q][e] - mean; var += t * t; }
+",
+        Norm::Rms => "    mean = 0;
+    float var = 0;
+#pragma unroll
+    for (int q = 0; q < VECS; ++q) for (int e = 0; e < 4; ++e) var += v[q][e] * v[q][e];
+",
+    };
+    let body = format!(
+        "#define VECS {VECS}
+{vec4}extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(T* __restrict__ out, const T* __restrict__ x, {params}) {{
+    CHAIN();
+    const i64 inner = 1;
+{ROW}    const T* xr = x + base;
+{rows_in}    T* yr = out + base;
+    const int nv = (int)(n >> 2);
+    float v[VECS][4];
+    float mean = 0;
+#pragma unroll
+    for (int q = 0; q < VECS; ++q) {{
+        const int j = l.lane + q * l.width;
+        if (j < nv) {{
+            float a[4]; ld4(xr + 4 * j, a);
+            {sum}
+            mean += (v[q][0] + v[q][1]) + (v[q][2] + v[q][3]);
+        }} else {{
+            v[q][0] = v[q][1] = v[q][2] = v[q][3] = 0;
+        }}
+    }}
+{centre}    var = row_sum(var, per_warp) / (float)n;
+    const float r = 1.0f / sqrtf(var + eps);
+#pragma unroll
+    for (int q = 0; q < VECS; ++q) {{
+        const int j = l.lane + q * l.width;
+        if (j < nv) {{
+            float g[4], h[4], y[4]; ld4(gamma + 4 * j, g); ld4(beta + 4 * j, h);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) y[e] = (v[q][e] - mean) * r * g[e] + h[e];
+            st4(yr + 4 * j, y);
+        }}
+    }}
+}}
+",
+        vec4 = vec4(&c),
+    );
+    Some(row_source(if residual { "fused residual norm, rows held" } else { "norm, rows held" }, &c, &body))
+}
+
 /// `LayerNormBackwardInput` (`x, γ, ȳ`) / `RmsNormBackwardInput` (`x, γ, β, ȳ`: `beta` is
 /// not read) along one axis: with `x̂ = (x − mean)·r` and `g = ȳ·γ`, `dx = r·(g − mean(g) −
 /// x̂·mean(g·x̂))` for LayerNorm and `r·(g − x̂·mean(g·x̂))` for RMS (mean 0), which is OPS.md's
@@ -309,7 +405,8 @@ fn key_type(d: DType) -> Option<&'static str> {
 /// `ArgMax` / `ArgMin` (`max`) along one axis into I64: each lane keeps the first best of
 /// its elements, then the row reduces `(value, index)` pairs where NaN beats every number
 /// and ties go to the lower index, which picks the first extreme (`np.argmax`) whatever the
-/// order of reduction.
+/// order of reduction. A lane loads eight of its elements at a time before comparing them,
+/// so that a long row's loads overlap.
 pub fn arg_extreme(max: bool, d: DType) -> Option<Source> {
     let c = ctype(d)?;
     let key = key_type(d)?;
@@ -339,7 +436,15 @@ extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(i64* __restrict_
 {ROW}    const T* xr = x + base;
     key_t best = 0;
     i64 at = -1;
-    for (i64 j = l.lane; j < n; j += l.width) {{
+    i64 j = l.lane;
+    for (; j + 7 * l.width < n; j += 8 * l.width) {{
+        key_t v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = (key_t){load_u};
+#pragma unroll
+        for (int u = 0; u < 8; ++u) if (beats(v[u], j + u * l.width, best, at)) {{ best = v[u]; at = j + u * l.width; }}
+    }}
+    for (; j < n; j += l.width) {{
         const key_t v = (key_t){load};
         if (beats(v, j, best, at)) {{ best = v; at = j; }}
     }}
@@ -357,6 +462,7 @@ extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(i64* __restrict_
 ",
         store = c.store,
         load = c.load("xr[j * inner]"),
+        load_u = c.load("xr[(j + u * l.width) * inner]"),
     );
     Some(Source { name: if max { "argmax" } else { "argmin" }, code })
 }
@@ -372,7 +478,8 @@ pub enum Scan {
 /// `Cumsum`, `CumProd`, `CumMax` and `CumsumBackward` (`reverse`) along one axis, one
 /// thread per lane walking it in order (exclusive: each output is the fold before its
 /// element). Floats fold in their compute type; integers sum and multiply in `u64`, which
-/// wraps as the dtype does once truncated, and take their max in their own type.
+/// wraps as the dtype does once truncated, and take their max in their own type. A thread
+/// loads eight elements of its lane before folding them, so that its loads overlap.
 pub fn scan(op: Scan, d: DType) -> Option<Source> {
     let c = ctype(d).filter(|_| d != DType::Bool)?;
     let (acc, init, step) = match (op, c.float) {
@@ -391,7 +498,20 @@ extern \"C\" __global__ void k(T* __restrict__ out, const T* __restrict__ x, i64
     EACH(r, lanes) {{
         const i64 base = (r / inner) * n * inner + r % inner;
         acc_t a = {init};
-        for (i64 s = 0; s < n; ++s) {{
+        i64 s = 0;
+        for (; s + 8 <= n; s += 8) {{
+            acc_t v_[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {{ const i64 at = base + (reverse ? n - 1 - s - u : s + u) * inner; v_[u] = (acc_t){load}; }}
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {{
+                const i64 at = base + (reverse ? n - 1 - s - u : s + u) * inner;
+                const acc_t v = v_[u];
+                if (exclusive) {{ out[at] = {store_a}; a = {step}; }}
+                else {{ a = {step}; out[at] = {store_a}; }}
+            }}
+        }}
+        for (; s < n; ++s) {{
             const i64 at = base + (reverse ? n - 1 - s : s) * inner;
             const acc_t v = (acc_t){load};
             if (exclusive) {{ out[at] = {store_a}; a = {step}; }}
