@@ -103,6 +103,8 @@ enum Command {
     },
     /// Serve a model over an OpenAI-compatible HTTP API (chat, completions, embeddings), batching concurrent requests.
     Serve(rlx_cli::serve::ServeArgs),
+    /// Print this machine's CPU, the instruction-set extensions rlx's kernels use and the kernels chosen for it.
+    Info,
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -155,6 +157,10 @@ fn main() {
             device,
         }),
         Command::Serve(args) => rlx_cli::serve::run(&args),
+        Command::Info => {
+            print!("{}", rlx::cpu::machine::machine());
+            Ok(())
+        }
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())

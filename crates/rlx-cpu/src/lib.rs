@@ -10,6 +10,7 @@ pub mod dispatch;
 mod engine;
 mod fold;
 pub mod kernels;
+pub mod machine;
 mod supported;
 pub mod view;
 

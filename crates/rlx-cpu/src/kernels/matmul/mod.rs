@@ -7,6 +7,11 @@ mod rows;
 mod sgemm;
 mod tile;
 
+/// The f32 GEMM register tile this CPU runs (`rlx info`).
+pub fn sgemm_tile() -> &'static str {
+    tile::Tile::best().name
+}
+
 pub use rows::FEW_ROWS;
 pub use sgemm::{sgemm, sgemm_filled, sgemm_prepacked, sgemm_then, sgemm_with, Element, Epilogue, FillB, Layout, Mat, MatMut, PackedB, PAR_FLOPS};
 pub use tile::{Gathered, Tile, MAX_TILE};

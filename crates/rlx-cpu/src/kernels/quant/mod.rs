@@ -37,6 +37,11 @@ use rlx_ir::DType;
 use rlx_runtime::Tensor;
 use rows::Rows;
 
+/// The instruction set of the 8-bit-activation block products this CPU runs (`rlx info`).
+pub fn q8_kernels() -> &'static str {
+    q8_simd::available().first().map_or("portable", |k| k.0)
+}
+
 /// `x [.., m, k] · dequant(W) → [.., m, n]` F32 for every scheme whose weight decodes
 /// ([`weights::dequant_rows`]); `W` is `[n, k]` for GGUF and MLX schemes, `[k, n]` otherwise.
 ///

@@ -1,0 +1,126 @@
+//! What this CPU is and which kernels rlx runs on it: the processor as CPUID names it, the
+//! instruction-set extensions the kernels test for, and each kernel family's choice. `rlx
+//! info` prints it; benchmark tables quote it beside their figures.
+
+use std::fmt;
+
+/// The processor and the kernels chosen for it.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// CPUID's brand string, or the architecture where there is none.
+    pub cpu: String,
+    /// CPUID's vendor, family and model (x86), e.g. `AuthenticAMD family 26 model 2`.
+    pub id: String,
+    /// The extensions present among those the kernels test for.
+    pub features: Vec<&'static str>,
+    /// Threads the kernels' pool runs.
+    pub threads: usize,
+    /// `(kernel family, choice)`.
+    pub kernels: Vec<(&'static str, &'static str)>,
+}
+
+/// This machine, as the kernels see it.
+pub fn machine() -> Machine {
+    let (cpu, id) = processor();
+    Machine {
+        cpu,
+        id,
+        features: features(),
+        threads: rayon::current_num_threads(),
+        kernels: vec![
+            ("f32 GEMM register tile", crate::kernels::matmul::sgemm_tile()),
+            ("quantized products (8-bit activation blocks)", crate::kernels::quant::q8_kernels()),
+        ],
+    }
+}
+
+impl fmt::Display for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "cpu       {}", self.cpu)?;
+        if !self.id.is_empty() {
+            writeln!(f, "cpuid     {}", self.id)?;
+        }
+        writeln!(f, "features  {}", if self.features.is_empty() { "none of those the kernels use".into() } else { self.features.join(" ") })?;
+        writeln!(f, "threads   {}", self.threads)?;
+        for (family, choice) in &self.kernels {
+            writeln!(f, "kernel    {family}: {choice}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn processor() -> (String, String) {
+    use std::arch::x86_64::__cpuid;
+    let words = |leaf: u32| {
+        let r = __cpuid(leaf);
+        [r.eax, r.ebx, r.ecx, r.edx]
+    };
+    let text = |regs: &[u32]| -> String {
+        let bytes: Vec<u8> = regs.iter().flat_map(|r| r.to_le_bytes()).collect();
+        String::from_utf8_lossy(&bytes).trim_matches(char::from(0)).trim().to_string()
+    };
+    let top = words(0);
+    let vendor = text(&[top[1], top[3], top[2]]);
+    let brand = if words(0x8000_0000)[0] >= 0x8000_0004 {
+        text(&[words(0x8000_0002), words(0x8000_0003), words(0x8000_0004)].concat())
+    } else {
+        String::new()
+    };
+    let sig = words(1)[0];
+    let (base_family, base_model) = ((sig >> 8) & 0xf, (sig >> 4) & 0xf);
+    let family = if base_family == 0xf { base_family + ((sig >> 20) & 0xff) } else { base_family };
+    let model = if base_family == 0x6 || base_family == 0xf { base_model + (((sig >> 16) & 0xf) << 4) } else { base_model };
+    let id = format!("{vendor} family {family} model {model} stepping {}", sig & 0xf);
+    (if brand.is_empty() { "x86_64".to_string() } else { brand }, id)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn processor() -> (String, String) {
+    (std::env::consts::ARCH.to_string(), String::new())
+}
+
+#[cfg(target_arch = "x86_64")]
+fn features() -> Vec<&'static str> {
+    use std::arch::is_x86_feature_detected as has;
+    [
+        ("avx2", has!("avx2")),
+        ("fma", has!("fma")),
+        ("f16c", has!("f16c")),
+        ("avx512f", has!("avx512f")),
+        ("avx512bw", has!("avx512bw")),
+        ("avx512vl", has!("avx512vl")),
+        ("avx512vnni", has!("avx512vnni")),
+        ("avx512bf16", has!("avx512bf16")),
+        ("avxvnni", has!("avxvnni")),
+    ]
+    .into_iter()
+    .filter_map(|(name, present)| present.then_some(name))
+    .collect()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn features() -> Vec<&'static str> {
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_names_the_processor_and_the_kernels_the_dispatch_picks() {
+        let m = machine();
+        assert!(!m.cpu.is_empty());
+        assert!(m.threads >= 1);
+        assert_eq!(m.kernels[0].1, crate::kernels::matmul::sgemm_tile());
+        let text = m.to_string();
+        assert!(text.contains(&m.cpu) && text.contains("f32 GEMM register tile"), "{text}");
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(m.id.contains("family"), "{}", m.id);
+            assert_eq!(m.features.contains(&"avx512f"), std::arch::is_x86_feature_detected!("avx512f"));
+            assert_eq!(m.kernels[0].1.starts_with("avx512"), std::arch::is_x86_feature_detected!("avx512f"));
+        }
+    }
+}
