@@ -63,7 +63,8 @@ def main():
     ap.add_argument("--python", default="/work/.anchors/venv/bin/python", help="a Python with llama-cpp-python")
     ap.add_argument("--profile", default="bench", help="cargo profile of the rlx side")
     a = ap.parse_args()
-    models = a.model or [MODEL]
+    # Absolute: cargo runs the bench from the crate's folder, not this one.
+    models = [os.path.abspath(m) for m in a.model or [MODEL]]
     for m in models:
         if not os.path.exists(m):
             sys.exit(f"{m} is absent (set RLX_MODELS_DIR)")
