@@ -6,7 +6,10 @@ prompt (llama-bench's pp/tg), tokens/s, at 1 and 2 threads. For each `--model` (
 Q4_1 file; give it several times, e.g. the Q4_1 file and a Q4_K_M one from
 tools/bench/smollm2_q4_k_m.py) rlx (`cargo bench -p rlx-cli --bench llm`) and llama.cpp
 alternate for `--rounds` rounds; medians and the ratio rlx / llama.cpp (above 1: rlx is
-faster) are printed, and with several models each one's rlx figures over the first's.
+faster) are printed, and with several models each one's rlx figures over the first's. Every
+run's figures and the load average before it go to stderr, and the range of the load average
+to stdout beside the medians: with another process on the two cores, llama.cpp's 2-thread
+figures were seen to collapse (decode 14-22 tok/s), so a run is only fair while the load is low.
 `--peer none` measures rlx alone (where llama-cpp-python is not installed).
 
 Usage: python3 tools/bench/llm.py [--rounds 3] [--model FILE]... [--peer none]
@@ -63,7 +66,8 @@ def main():
     ap.add_argument("--python", default="/work/.anchors/venv/bin/python", help="a Python with llama-cpp-python")
     ap.add_argument("--profile", default="bench", help="cargo profile of the rlx side")
     a = ap.parse_args()
-    models = a.model or [MODEL]
+    # Absolute: cargo runs the bench from the crate's folder, not this one.
+    models = [os.path.abspath(m) for m in a.model or [MODEL]]
     for m in models:
         if not os.path.exists(m):
             sys.exit(f"{m} is absent (set RLX_MODELS_DIR)")
@@ -74,14 +78,18 @@ def main():
     for threads in (1, 2):
         env = dict(os.environ, RAYON_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
         got = {(m, w): {k: [] for k in keys} for m in models for w in peers}
-        for _ in range(a.rounds):
+        loads = []
+        for i in range(a.rounds):
             for m in models:
                 runs = {"rlx": lambda: last_json(bench + ["--", m, str(a.pp), str(a.tg), str(a.reps)], env)}
                 runs["llama.cpp"] = lambda: last_json([a.python, "-c", PEER, m, str(threads), str(a.pp), str(a.tg), str(a.reps)], env)
                 for who in peers:
+                    loads.append(os.getloadavg()[0])
                     res = runs[who]()
                     for k in keys:
                         got[(m, who)][k].append(res[k])
+                    print(f"  threads {threads} round {i + 1} {os.path.basename(m)} {who}: prefill {res['pp_tok_s']:.1f}, "
+                          f"decode {res['tg_tok_s']:.1f} tok/s (load average {loads[-1]:.2f} before)", file=sys.stderr, flush=True)
         med = {mw: {k: statistics.median(v) for k, v in d.items()} for mw, d in got.items()}
         first = med[(models[0], "rlx")]
         for m in models:
@@ -96,6 +104,7 @@ def main():
             if m != models[0]:
                 line += f"; rlx vs {os.path.basename(models[0])}: prefill x{r['pp_tok_s'] / first['pp_tok_s']:.2f}, decode x{r['tg_tok_s'] / first['tg_tok_s']:.2f}"
             print(line, flush=True)
+        print(f"threads {threads}: 1-minute load average {min(loads):.2f}-{max(loads):.2f} before the runs", flush=True)
 
 
 if __name__ == "__main__":

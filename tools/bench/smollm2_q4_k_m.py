@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M-Instruct as a Q4_K_M GGUF, made from the Q4_1 file with gguf-py and numpy only
-(no llama.cpp here): every tensor is dequantised (`gguf.quants.dequantize`) and quantised again
-with the types llama.cpp's Q4_K_M recipe picks — Q4_K, and Q6_K for `attn_v` / `ffn_down` of the
+"""SmolLM2-135M-Instruct as a Q4_K_M GGUF, made from the Q4_1 file in one of two ways.
+
+By default with llama.cpp's own quantiser: every quantised tensor of the Q4_1 file is dequantised
+with gguf-py into an F32 GGUF beside OUT (OUT with `.f32.gguf` for `.gguf`), which llama-cpp-python's
+`llama_model_quantize` turns into Q4_K_M (its recipe, fallbacks and block search). Run it with a
+Python that has both `gguf` and `llama_cpp` (e.g. the venv llama-cpp-python was built into).
+
+With `--plain`, gguf-py and numpy only (no llama.cpp): every tensor is dequantised
+(`gguf.quants.dequantize`) and quantised again with the types llama.cpp's Q4_K_M recipe picks — Q4_K, and Q6_K for `attn_v` / `ffn_down` of the
 layers llama.cpp gives more bits (the first and last eighth, and every third between) — with
 llama.cpp's fallbacks where a row is not a whole number of 256-blocks (SmolLM2's 576 columns):
 Q4_K → Q5_0, Q6_K → Q8_0 (both by gguf-py's quantisers). The tied embedding stays as stored
@@ -13,11 +19,12 @@ llama.cpp's search: per sub-block the range [min(0, min x), max x] over 15 (Q4_K
 over 31 (Q6_K), the sub-block scales rounded to 6 (8) bits against a super-block scale;
 every block is decoded back by gguf-py and checked.
 
-Usage: python3 tools/bench/smollm2_q4_k_m.py [OUT] (default /tmp/SmolLM2-135M-Instruct.Q4_K_M.gguf)
+Usage: python3 tools/bench/smollm2_q4_k_m.py [--plain] [--threads N] [OUT]
+       (OUT defaults to /tmp/SmolLM2-135M-Instruct.Q4_K_M.gguf)
 """
 
+import argparse
 import os
-import sys
 
 import numpy as np
 import gguf
@@ -100,20 +107,31 @@ def quantize(x, t):
     return data, t
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/SmolLM2-135M-Instruct.Q4_K_M.gguf"
-    r = gguf.GGUFReader(SRC)
-    arch = r.fields["general.architecture"].contents()
-    layers = r.fields[f"{arch}.block_count"].contents()
-    w = gguf.GGUFWriter(out, arch)
+def copy_fields(r, w, file_type):
+    """Every key of reader `r` except the reader's own into writer `w`, with `general.file_type`."""
     for name, field in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
         value = field.contents()
         if name == "general.file_type":
-            value = 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+            value = file_type
         sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY and len(field.types) > 1 else None
         w.add_key_value(name, value, field.types[0], sub_type=sub)
+
+
+def write(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def plain(out):
+    r = gguf.GGUFReader(SRC)
+    arch = r.fields["general.architecture"].contents()
+    layers = r.fields[f"{arch}.block_count"].contents()
+    w = gguf.GGUFWriter(out, arch)
+    copy_fields(r, w, 15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
     counts = {}
     for t in r.tensors:
         name, kind = t.name, t.tensor_type
@@ -126,11 +144,49 @@ def main():
             data, ty = quantize(x, want)
         counts[ty.name] = counts.get(ty.name, 0) + 1
         w.add_tensor(name, data, raw_dtype=ty)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"{out}: {counts}")
+    write(w)
+    return counts
+
+
+def dequantised(out):
+    """The Q4_1 file with every tensor as F32, written to `out` (what llama.cpp quantises from)."""
+    r = gguf.GGUFReader(SRC)
+    w = gguf.GGUFWriter(out, r.fields["general.architecture"].contents())
+    copy_fields(r, w, 0)  # LLAMA_FTYPE_ALL_F32
+    for t in r.tensors:
+        x = t.data if t.tensor_type == Q.F32 else gguf.quants.dequantize(t.data, t.tensor_type)
+        w.add_tensor(t.name, np.ascontiguousarray(x, dtype=np.float32))
+    write(w)
+
+
+def llama_cpp_q4_k_m(src, out, threads):
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.nthread = threads
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), params)
+    if rc != 0:
+        raise SystemExit(f"llama_model_quantize({src} -> {out}) returned {rc}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="SmolLM2-135M-Instruct Q4_1 -> Q4_K_M")
+    ap.add_argument("out", nargs="?", default="/tmp/SmolLM2-135M-Instruct.Q4_K_M.gguf")
+    ap.add_argument("--plain", action="store_true", help="gguf-py's min/max quantiser, no llama.cpp")
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp quantiser threads")
+    a = ap.parse_args()
+    if a.plain:
+        counts = plain(a.out)
+    else:
+        f32 = a.out[: -len(".gguf")] + ".f32.gguf" if a.out.endswith(".gguf") else a.out + ".f32.gguf"
+        dequantised(f32)
+        llama_cpp_q4_k_m(f32, a.out, a.threads)
+        counts = {}
+        for t in gguf.GGUFReader(a.out).tensors:
+            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    print(f"{a.out}: {counts}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@
 //! one run each after a 16-token prompt. Prints one JSON line of medians over `reps`.
 //! Driven by `tools/bench/llm.py`, which runs llama.cpp beside it.
 //!
-//! `cargo bench -p rlx-cli --bench llm -- [MODEL] [pp] [tg] [reps]`
+//! `cargo bench -p rlx-cli --bench llm -- [MODEL] [pp] [tg] [reps] [--profile]`
+//!
+//! `--profile` prints where the decode runs' time went (their 16-token prompt step included),
+//! per op kind and slowest node, to stderr (profiling adds a clock read per node, so the tok/s
+//! of such a run read lower).
 
 use rlx::models::llama::{GgufModel, Generator, Llama, Sampling};
 use rlx::{Device, Session};
@@ -32,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = Session::new(Device::Cpu)?;
     let mut prefill = Generator::new(Llama::build(&file.config, &file.weights, pp)?, &session)?;
     let mut decode = Generator::new(Llama::build(&file.config, &file.weights, 16 + tg)?, &session)?;
+    let profile = std::env::args().any(|a| a == "--profile");
     let mut pp_rates = Vec::new();
     let mut tg_rates = Vec::new();
     for rep in 0..=reps {
@@ -40,12 +45,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prefill.feed(&tokens[..pp])?;
         let pp_s = t.elapsed().as_secs_f64();
         decode.reset();
+        decode.compiled().set_profiling(profile && rep > 0);
         let (_, times) = decode.generate(&tokens[..16], tg + 1, Sampling::GREEDY, &[], |_| {})?;
         let tg_s: f64 = times.decode.iter().map(|d| d.as_secs_f64()).sum();
         if rep > 0 {
             pp_rates.push(pp as f64 / pp_s);
             tg_rates.push(times.decode.len() as f64 / tg_s);
         }
+    }
+    if profile {
+        eprint!("{}", decode.compiled().profile());
     }
     println!(
         "{{\"pp\": {pp}, \"tg\": {tg}, \"threads\": {}, \"pp_tok_s\": {:.1}, \"tg_tok_s\": {:.1}}}",
