@@ -42,20 +42,29 @@ fn over_rows(e: &CudaEngine, f: cudarc::driver::sys::CUfunction, rows: usize, n:
     if rows == 0 {
         return Ok(());
     }
-    let (grid, threads, per_warp) = if n <= SHORT {
-        (rows.div_ceil(WARPS as usize), WARPS * 32, 1)
-    } else {
-        (rows, if n <= 8192 { 256 } else { ROW_THREADS }, 0)
-    };
-    params.push(Param::I32(per_warp));
+    let (lanes, per_warp) = row_lanes(n);
+    let (grid, threads) = if per_warp { (rows.div_ceil(WARPS as usize), WARPS * 32) } else { (rows, lanes) };
+    params.push(Param::I32(per_warp as i32));
     launch::grid(&e.gpu, f, (extent(grid)?, 1, 1), (threads, 1, 1), 0, &mut params)
+}
+
+/// The threads that share a row of `n` elements, and whether they are one warp of a block
+/// of [`WARPS`] rows (short rows) rather than the whole block.
+fn row_lanes(n: usize) -> (u32, bool) {
+    if n <= SHORT {
+        (32, true)
+    } else if n <= 8192 {
+        (256, false)
+    } else {
+        (ROW_THREADS, false)
+    }
 }
 
 /// Whether rows of `n` elements of `d` at these operands can take [`src::norm_held`]: f32 /
 /// f16 / bf16, `n` a multiple of 4 within what the launch's lanes hold, every operand on its
 /// vector's size.
 fn held(d: rlx_ir::DType, n: usize, operands: &[Arg<'_, DevMem>]) -> bool {
-    let lanes = if n <= SHORT { 32 } else if n <= 8192 { 256 } else { ROW_THREADS as usize };
+    let lanes = row_lanes(n).0 as usize;
     let align = 4 * d.size() as u64;
     matches!(d, rlx_ir::DType::F32 | rlx_ir::DType::F16 | rlx_ir::DType::BF16)
         && n % 4 == 0
