@@ -28,6 +28,7 @@ mkdir -p "$out/logs"
 step 300 bash tools/gpu/check.sh
 cp target/device/*.log "$out/logs/" 2>/dev/null
 step 40 target/device/bin/sdpa
+RLX_CUDNN=0 step 40 target/device/bin/sdpa
 step 40 target/device/bin/decode 128
 step 60 target/device/bin/train_step 16
 step 25 target/device/bin/minilm bf16 --profile

@@ -14,6 +14,7 @@ for dtype in bf16 f32; do
   python3 tools/gpu/minilm.py "$dtype"
 done
 target/device/bin/sdpa
+RLX_CUDNN=0 target/device/bin/sdpa
 python3 tools/gpu/attention.py
 target/device/bin/decode 128
 python3 tools/gpu/decode.py 128

@@ -12,17 +12,23 @@ status=0
 # Every test binary at once (each its own context on the one GPU, its tests one at a time):
 # their CPU references and kernel builds overlap instead of queueing.
 names=()
+# Runs test binary $2.. as $1 in the background, its log and exit status under target/device.
+run() {
+  local name=$1; shift
+  names+=("$name")
+  ( start=$(date +%s%N)
+    "$@" --test-threads=1 > "target/device/$name.log" 2>&1
+    echo "$? $(( ($(date +%s%N) - start) / 1000000 ))" > "target/device/$name.rc" ) &
+}
 trap 'kill $(jobs -p) 2> /dev/null; exit 124' TERM INT
 for bin in target/device/bin/*; do
   # The benches run from bench.sh, the command below; the NVRTC and naga checks need no GPU
   # (CI runs them).
   case "$(basename "$bin")" in gemm | sdpa | minilm | decode | train_step | nvrtc | rlx | wgpu_wgpu | wgpu_naga) continue ;; esac
-  name=$(basename "$bin")
-  names+=("$name")
-  ( start=$(date +%s%N)
-    "$bin" --test-threads=1 > "target/device/$name.log" 2>&1
-    echo "$? $(( ($(date +%s%N) - start) / 1000000 ))" > "target/device/$name.rc" ) &
+  run "$(basename "$bin")" "$bin"
 done
+# rlx's own attention kernels, which cuDNN's fused attention replaces where it takes a shape.
+[ -x target/device/bin/attention ] && run attention_own env RLX_CUDNN=0 target/device/bin/attention
 wait
 for name in "${names[@]}"; do
   read -r rc ms < "target/device/$name.rc"

@@ -2,8 +2,10 @@
 //! `[B, H, S, D]`, causal B8 H16 S2048 D128 and non-causal B32 H12 S512 D64, the forward
 //! alone (`Attention`) and forward + backward (`Attention` and `AttentionBackwardAll` in one
 //! graph, as a training step runs them). Ten submits on device values between waits, the
-//! median over nine such rounds. tools/gpu/attention.py times PyTorch's SDPA backends the
-//! same way; tools/gpu/bench.sh runs both.
+//! median over nine such rounds; a submit copies its inputs into the graph's memory, so the
+//! same submits of a graph that only reads them are timed too and taken off.
+//! tools/gpu/attention.py times PyTorch's SDPA backends the same way; tools/gpu/bench.sh runs
+//! both (with `RLX_CUDNN=0` for rlx's own kernels).
 
 /// The GPU tests' session (cuda:0 with the CPU as host), or a skip saying why.
 #[path = "../tests/common/mod.rs"]
@@ -64,8 +66,27 @@ fn time(session: &Session, g: &Graph, inputs: &[(&str, &Tensor)]) -> f64 {
     rounds[ROUNDS / 2]
 }
 
+/// A graph over inputs `names` of type `ty` that does next to nothing (one row of each): what
+/// a submit costs besides the attention, mostly copying the inputs into the graph's memory.
+fn baseline(ty: &TensorType, names: &[&str]) -> Graph {
+    let mut g = Graph::new();
+    let rows = names
+        .iter()
+        .map(|n| {
+            let x = g.input(n, ty.clone());
+            g.narrow(x, 2, 0, 1).expect("a row")
+        })
+        .collect();
+    g.set_outputs(rows).expect("the rows");
+    g
+}
+
 fn main() {
     let Some(session) = common::gpu() else { return };
+    match rlx_cuda::cudnn_version() {
+        Some(v) => println!("rlx   attention through cuDNN {}.{}.{} where it takes the shape", v / 10000, v / 100 % 100, v % 100),
+        None => println!("rlx   attention on rlx's own kernels (cuDNN not loaded or RLX_CUDNN=0)"),
+    }
     for (b, h, s, d, causal) in [(8, 16, 2048, 128, true), (32, 12, 512, 64, false)] {
         let dims = [b, h, s, d];
         let mask_kind = if causal { MaskKind::Causal } else { MaskKind::None };
@@ -85,7 +106,16 @@ fn main() {
         // that for the backward.
         let flops = 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
         let shape = format!("{} B{b} H{h} S{s} D{d} bf16", if causal { "causal" } else { "full" });
-        println!("rlx   attention fwd     {shape}: median {:.3} ms, {:.0} TFLOP/s", forward * 1e3, flops / forward / 1e12);
-        println!("rlx   attention fwd+bwd {shape}: median {:.3} ms, {:.0} TFLOP/s", both * 1e3, 3.5 * flops / both / 1e12);
+        for (what, total, n, work) in [("fwd    ", forward, 3, flops), ("fwd+bwd", both, 4, 3.5 * flops)] {
+            let copies = time(&session, &baseline(&ty, &["q", "k", "v", "dy"][..n]), &inputs[..n]);
+            let net = total - copies;
+            println!(
+                "rlx   attention {what} {shape}: median {:.3} ms; {:.3} ms less the inputs' copies into the graph ({:.3} ms), {:.0} TFLOP/s",
+                total * 1e3,
+                net * 1e3,
+                copies * 1e3,
+                work / net / 1e12
+            );
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! `d = dv = 128` and 8 warps); past the default 48 KiB the kernel opts in to the device's
 //! larger limit.
 
+use crate::cudnn;
 use crate::engine::{numel, CudaEngine};
 use crate::launch::{self, broadcast, Param};
 use crate::memory::DevMem;
@@ -129,6 +130,9 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
         Masking::Keys(m) => Some(Some(m)),
         Masking::Bias(_) => None,
     };
+    if masking == Masking::Ranges && fused_forward(e, &args, batch, &[q, k, v, out])? {
+        return Ok(());
+    }
     if let (Some(mask), true) = (key_mask, flash_takes(q.dtype, &args, &[q, k, v, out])) {
         let f = e.kernel(flash::forward(q.dtype, d, false, mask), op, &[q.dtype; 3])?;
         let kmask = if mask.is_some() { ptr(ins[3]) } else { Param::Ptr(0) };
@@ -201,6 +205,9 @@ pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: Ma
     if !flash::takes(q.dtype, d) || args.dv != args.d || !fits || !all.iter().all(|t| t.buf.at(t.offset) % 16 == 0) {
         return Err(format!("the CUDA attention backward takes f16/bf16 heads of 16 to 128 channels (a multiple of 16) with 16-byte aligned rows, not q {:?} of {}", q.dims, q.dtype));
     }
+    if fused_backward(e, q.dtype, &args, batch, [q, k, v, dy], [dq, dk, dv])? {
+        return Ok(());
+    }
     let bh = batch * heads;
     let pad = s_q.div_ceil(flash::BWD_ROWS) * flash::BWD_ROWS;
     let scratch = DevMem::zeroed(&e.gpu, 2 * bh * pad * 4).map_err(|err| err.to_string())?;
@@ -230,6 +237,113 @@ pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: Ma
     // Freed on the stream, after the kernels that read it.
     drop(scratch);
     Ok(())
+}
+
+/// cuDNN's plan shape for attention over `args` in `dt`, when its fused kernels take it:
+/// f16/bf16, as many key as query heads, heads of at most 256 channels (a multiple of 8, as
+/// wide for V), no window or softcap, causal only over square scores, rows of whole 16-byte
+/// chunks. `strides`: batch, head and row strides of each operand in [`cudnn::Shape`]'s order.
+fn fused_shape(backward: bool, dt: DType, args: &AttnArgs, batch: usize, strides: Vec<[i64; 3]>) -> Option<cudnn::Shape> {
+    let takes = matches!(dt, DType::F16 | DType::BF16)
+        && args.group == 1
+        && args.d == args.dv
+        && args.d % 8 == 0
+        && args.d <= 256
+        && args.window == 0
+        && args.softcap == 0.0
+        && (args.causal == 0 || args.s_q == args.s_k)
+        && args.s_q > 0
+        && args.s_k > 0
+        && strides.iter().flatten().all(|s| s % 8 == 0);
+    takes.then_some(cudnn::Shape {
+        backward,
+        dtype: dt,
+        batch,
+        heads: args.heads as usize,
+        s_q: args.s_q as usize,
+        s_k: args.s_k as usize,
+        d: args.d as usize,
+        causal: args.causal != 0,
+        strides,
+    })
+}
+
+/// Whether every tensor starts on a 16-byte boundary.
+fn aligned(tensors: &[Arg<'_, DevMem>]) -> bool {
+    tensors.iter().all(|t| t.buf.at(t.offset) % 16 == 0)
+}
+
+/// Offsets of consecutive regions of `sizes` bytes, each 256-byte aligned, and the total.
+fn carve(sizes: &[usize]) -> (Vec<usize>, usize) {
+    let mut at = 0;
+    let offsets = sizes
+        .iter()
+        .map(|&n| {
+            let o = at;
+            at += n.div_ceil(256) * 256;
+            o
+        })
+        .collect();
+    (offsets, at)
+}
+
+/// Attention forward through cuDNN where it takes `(q, k, v, out)` (`Ok(false)`: it does not,
+/// and nothing was launched). The rows' log-sum-exp goes to scratch.
+fn fused_forward(e: &CudaEngine, args: &AttnArgs, batch: usize, t: &[Arg<'_, DevMem>; 4]) -> Result<bool, String> {
+    let Some(dnn) = e.cudnn() else {
+        return Ok(false);
+    };
+    let Some(shape) = fused_shape(false, t[0].dtype, args, batch, vec![args.q, args.k, args.v, args.o]) else {
+        return Ok(false);
+    };
+    if !aligned(t) || !dnn.takes(&shape) {
+        return Ok(false);
+    }
+    let rows = batch * args.heads as usize * args.s_q as usize;
+    let (at, total) = carve(&[rows * 4, dnn.workspace(&shape)?]);
+    let scratch = DevMem::uninit(&e.gpu, total).map_err(|err| err.to_string())?;
+    let ptrs: Vec<_> = t.iter().map(|a| a.buf.at(a.offset)).collect();
+    let run = cudnn::Run { ptrs: &ptrs, stats: scratch.at(at[0]), scale: args.scale };
+    dnn.launch(&shape, &run, scratch.at(at[1]), [0, 0])?;
+    Ok(true)
+}
+
+/// Attention backward through cuDNN where it takes the shapes (`Ok(false)`: it does not, and
+/// nothing was launched): cuDNN's forward recomputes O and the log-sum-exp into scratch, then
+/// its backward writes dQ, dK and dV (into scratch where a gradient is not wanted).
+fn fused_backward(e: &CudaEngine, dt: DType, args: &AttnArgs, batch: usize, t: [Arg<'_, DevMem>; 4], grads: [Option<Arg<'_, DevMem>>; 3]) -> Result<bool, String> {
+    let Some(dnn) = e.cudnn() else {
+        return Ok(false);
+    };
+    let (h, s_q, s_k, d) = (args.heads, args.s_q, args.s_k, args.d);
+    let packed = |rows: i64| [h * rows * d, rows * d, d];
+    let grad_strides = |i: usize, rows: i64| grads[i].map_or(packed(rows), |g| layout(g.dims, h as usize).0);
+    let fwd = fused_shape(false, dt, args, batch, vec![args.q, args.k, args.v, packed(s_q)]);
+    let bwd = fused_shape(true, dt, args, batch, vec![args.q, args.k, args.v, packed(s_q), args.o, grad_strides(0, s_q), grad_strides(1, s_k), grad_strides(2, s_k)]);
+    let (Some(fwd), Some(bwd)) = (fwd, bwd) else {
+        return Ok(false);
+    };
+    let given: Vec<_> = t.iter().copied().chain(grads.iter().flatten().copied()).collect();
+    if !aligned(&given) || !dnn.takes(&fwd) || !dnn.takes(&bwd) {
+        return Ok(false);
+    }
+    let (bh, elt) = (batch * h as usize, dt.size());
+    let (q_elems, k_elems) = (bh * (s_q * d) as usize, bh * (s_k * d) as usize);
+    let rows = bh * s_q as usize;
+    let missing = |i: usize, n: usize| if grads[i].is_some() { 0 } else { n * elt };
+    let sizes = [q_elems * elt, rows * 4, rows * 4, q_elems * 4, missing(0, q_elems), missing(1, k_elems), missing(2, k_elems), dnn.workspace(&fwd)?.max(dnn.workspace(&bwd)?)];
+    let (at, total) = carve(&sizes);
+    let scratch = DevMem::uninit(&e.gpu, total).map_err(|err| err.to_string())?;
+    let (o, stats, row_dot, dq_sum, ws) = (scratch.at(at[0]), scratch.at(at[1]), scratch.at(at[2]), scratch.at(at[3]), scratch.at(at[7]));
+    let scale = args.scale;
+    let ins: Vec<_> = t.iter().map(|a| a.buf.at(a.offset)).collect();
+    dnn.launch(&fwd, &cudnn::Run { ptrs: &[ins[0], ins[1], ins[2], o], stats, scale }, ws, [0, 0])?;
+    // SAFETY: `dq_sum` holds `q_elems` f32 of the scratch allocated above on this stream.
+    unsafe { cu::memset_d8_async(dq_sum, 0, q_elems * 4, e.gpu.stream) }.map_err(|err| format!("zeroing attention scratch: {err:?}"))?;
+    let out = |i: usize| grads[i].map_or(scratch.at(at[4 + i]), |g| g.buf.at(g.offset));
+    let ptrs = [ins[0], ins[1], ins[2], o, ins[3], out(0), out(1), out(2)];
+    dnn.launch(&bwd, &cudnn::Run { ptrs: &ptrs, stats, scale }, ws, [row_dot, dq_sum])?;
+    Ok(true)
 }
 
 /// Lets `f` use `bytes` of dynamic shared memory, or says that the device has too little
@@ -280,4 +394,35 @@ pub fn rope(e: &CudaEngine, op: &Op, head_dim: usize, n_rot: usize, style: RopeS
         Param::I32(negate as i32),
     ];
     launch::elementwise(&e.gpu, f, n, &mut params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attention of 8 query heads over `kv` key heads, 64 rows of 64 channels, head-major.
+    fn args(mask: MaskKind, kv: usize, softcap: f32) -> AttnArgs {
+        let (q, k): (&[usize], &[usize]) = (&[2, 8, 64, 64], &[2, kv, 64, 64]);
+        geometry(8, [q, k, k, q], kv, mask, 0.125, softcap).0
+    }
+
+    fn shape(dt: DType, a: &AttnArgs) -> Option<cudnn::Shape> {
+        fused_shape(false, dt, a, 2, vec![a.q, a.k, a.v, a.o])
+    }
+
+    #[test]
+    fn cudnn_takes_half_precision_heads_masked_by_position() {
+        let causal = shape(DType::BF16, &args(MaskKind::Causal, 8, 0.0)).expect("causal bf16");
+        assert!(causal.causal && causal.heads == 8 && causal.d == 64 && causal.strides[0] == [8 * 64 * 64, 64 * 64, 64]);
+        assert!(!shape(DType::F16, &args(MaskKind::None, 8, 0.0)).expect("unmasked f16").causal);
+        assert!(shape(DType::F32, &args(MaskKind::None, 8, 0.0)).is_none(), "f32 stays on rlx's kernels");
+        assert!(shape(DType::BF16, &args(MaskKind::None, 2, 0.0)).is_none(), "grouped key heads");
+        assert!(shape(DType::BF16, &args(MaskKind::SlidingWindow(16), 8, 0.0)).is_none(), "a window");
+        assert!(shape(DType::BF16, &args(MaskKind::None, 8, 30.0)).is_none(), "a softcap");
+    }
+
+    #[test]
+    fn scratch_regions_start_on_256_byte_boundaries() {
+        assert_eq!(carve(&[4, 0, 300, 256]), (vec![0, 256, 256, 768], 1024));
+    }
 }

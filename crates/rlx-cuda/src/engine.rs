@@ -4,6 +4,7 @@
 //! attention and rotary embeddings ([`crate::attention`]) and the KV-cache append
 //! ([`crate::kv`]) launch from their own modules.
 
+use crate::cudnn::Cudnn;
 use crate::gpu::{driver, error, Gpu};
 use crate::launch::{broadcast, contiguous, elementwise, tiled, Param, Walk};
 use crate::memory::DevMem;
@@ -14,7 +15,7 @@ use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::layout::moves;
 use rlx_runtime::{Arg, Engine, Result};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Launches on one device.
 pub struct CudaEngine {
@@ -25,6 +26,8 @@ pub struct CudaEngine {
     pub(crate) split: matmul::Split,
     /// The scratch of decode's split attention.
     pub(crate) decode: decode::Scratch,
+    /// cuDNN for fused attention, opened on first use (`None` where it does not load).
+    cudnn: OnceLock<Option<Cudnn>>,
 }
 
 impl CudaEngine {
@@ -32,7 +35,13 @@ impl CudaEngine {
         let err = Reports::new(&gpu)?;
         let split = matmul::Split::new(&gpu)?;
         let decode = decode::Scratch::new(&gpu)?;
-        Ok(CudaEngine { gpu, err, split, decode })
+        Ok(CudaEngine { gpu, err, split, decode, cudnn: OnceLock::new() })
+    }
+
+    /// cuDNN on this device, opened the first time attention asks (possibly inside a
+    /// CUDA-graph capture, hence with the capture mode relaxed).
+    pub(crate) fn cudnn(&self) -> Option<&Cudnn> {
+        self.cudnn.get_or_init(|| crate::cudnn::relaxed(|| Cudnn::open(&self.gpu))).as_ref()
     }
 
     /// Where kernels write their report.

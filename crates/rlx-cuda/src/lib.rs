@@ -7,6 +7,7 @@
 
 mod attention;
 mod claims;
+mod cudnn;
 mod decode;
 mod engine;
 mod fuse;
@@ -26,6 +27,7 @@ mod stage;
 pub mod source;
 
 pub use claims::{CudaClaims, KINDS};
+pub use cudnn::version as cudnn_version;
 pub use engine::CudaEngine;
 pub use gpu::Gpu;
 pub use kernels::compile;
