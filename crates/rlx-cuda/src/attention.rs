@@ -205,7 +205,7 @@ pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: Ma
     if !flash::takes(q.dtype, d) || args.dv != args.d || !fits || !all.iter().all(|t| t.buf.at(t.offset) % 16 == 0) {
         return Err(format!("the CUDA attention backward takes f16/bf16 heads of 16 to 128 channels (a multiple of 16) with 16-byte aligned rows, not q {:?} of {}", q.dims, q.dtype));
     }
-    if fused_backward(e, q.dtype, &args, batch, [q, k, v, dy], [dq, dk, dv])? {
+    if fused_backward(e, q.dtype, &args, batch, [q, k, v, dy], [dq, dk, dv], Saved::Recompute)? {
         return Ok(());
     }
     let bh = batch * heads;
@@ -308,42 +308,113 @@ fn fused_forward(e: &CudaEngine, args: &AttnArgs, batch: usize, t: &[Arg<'_, Dev
     Ok(true)
 }
 
+/// Where cuDNN's backward reads O and the rows' log-sum-exp from: its forward run again into
+/// scratch, or what a saving forward kept (O's address and batch, head and row strides, and
+/// the log-sum-exp's address).
+#[derive(Clone, Copy)]
+enum Saved {
+    Recompute,
+    Kept { o: (sys::CUdeviceptr, [i64; 3]), lse: sys::CUdeviceptr },
+}
+
 /// Attention backward through cuDNN where it takes the shapes (`Ok(false)`: it does not, and
-/// nothing was launched): cuDNN's forward recomputes O and the log-sum-exp into scratch, then
-/// its backward writes dQ, dK and dV (into scratch where a gradient is not wanted).
-fn fused_backward(e: &CudaEngine, dt: DType, args: &AttnArgs, batch: usize, t: [Arg<'_, DevMem>; 4], grads: [Option<Arg<'_, DevMem>>; 3]) -> Result<bool, String> {
+/// nothing was launched): O and the log-sum-exp from `saved`, then cuDNN's backward writes dQ,
+/// dK and dV (into scratch where a gradient is not wanted).
+fn fused_backward(e: &CudaEngine, dt: DType, args: &AttnArgs, batch: usize, t: [Arg<'_, DevMem>; 4], grads: [Option<Arg<'_, DevMem>>; 3], saved: Saved) -> Result<bool, String> {
     let Some(dnn) = e.cudnn() else {
         return Ok(false);
     };
     let (h, s_q, s_k, d) = (args.heads, args.s_q, args.s_k, args.d);
     let packed = |rows: i64| [h * rows * d, rows * d, d];
     let grad_strides = |i: usize, rows: i64| grads[i].map_or(packed(rows), |g| layout(g.dims, h as usize).0);
-    let fwd = fused_shape(false, dt, args, batch, vec![args.q, args.k, args.v, packed(s_q)]);
-    let bwd = fused_shape(true, dt, args, batch, vec![args.q, args.k, args.v, packed(s_q), args.o, grad_strides(0, s_q), grad_strides(1, s_k), grad_strides(2, s_k)]);
+    let o_strides = match saved {
+        Saved::Recompute => packed(s_q),
+        Saved::Kept { o, .. } => o.1,
+    };
+    let fwd = fused_shape(false, dt, args, batch, vec![args.q, args.k, args.v, o_strides]);
+    let bwd = fused_shape(true, dt, args, batch, vec![args.q, args.k, args.v, o_strides, args.o, grad_strides(0, s_q), grad_strides(1, s_k), grad_strides(2, s_k)]);
     let (Some(fwd), Some(bwd)) = (fwd, bwd) else {
         return Ok(false);
     };
     let given: Vec<_> = t.iter().copied().chain(grads.iter().flatten().copied()).collect();
-    if !aligned(&given) || !dnn.takes(&fwd) || !dnn.takes(&bwd) {
+    let recompute = matches!(saved, Saved::Recompute);
+    if !aligned(&given) || (recompute && !dnn.takes(&fwd)) || !dnn.takes(&bwd) {
         return Ok(false);
     }
     let (bh, elt) = (batch * h as usize, dt.size());
     let (q_elems, k_elems) = (bh * (s_q * d) as usize, bh * (s_k * d) as usize);
     let rows = bh * s_q as usize;
     let missing = |i: usize, n: usize| if grads[i].is_some() { 0 } else { n * elt };
-    let sizes = [q_elems * elt, rows * 4, rows * 4, q_elems * 4, missing(0, q_elems), missing(1, k_elems), missing(2, k_elems), dnn.workspace(&fwd)?.max(dnn.workspace(&bwd)?)];
+    let kept = |n: usize| if recompute { n } else { 0 };
+    let workspace = if recompute { dnn.workspace(&fwd)? } else { 0 }.max(dnn.workspace(&bwd)?);
+    let sizes = [kept(q_elems * elt), kept(rows * 4), rows * 4, q_elems * 4, missing(0, q_elems), missing(1, k_elems), missing(2, k_elems), workspace];
     let (at, total) = carve(&sizes);
     let scratch = DevMem::uninit(&e.gpu, total).map_err(|err| err.to_string())?;
-    let (o, stats, row_dot, dq_sum, ws) = (scratch.at(at[0]), scratch.at(at[1]), scratch.at(at[2]), scratch.at(at[3]), scratch.at(at[7]));
+    let (row_dot, dq_sum, ws) = (scratch.at(at[2]), scratch.at(at[3]), scratch.at(at[7]));
     let scale = args.scale;
     let ins: Vec<_> = t.iter().map(|a| a.buf.at(a.offset)).collect();
-    dnn.launch(&fwd, &cudnn::Run { ptrs: &[ins[0], ins[1], ins[2], o], stats, scale }, ws, [0, 0])?;
+    let (o, stats) = match saved {
+        Saved::Recompute => {
+            let (o, stats) = (scratch.at(at[0]), scratch.at(at[1]));
+            dnn.launch(&fwd, &cudnn::Run { ptrs: &[ins[0], ins[1], ins[2], o], stats, scale }, ws, [0, 0])?;
+            (o, stats)
+        }
+        Saved::Kept { o, lse } => (o.0, lse),
+    };
     // SAFETY: `dq_sum` holds `q_elems` f32 of the scratch allocated above on this stream.
     unsafe { cu::memset_d8_async(dq_sum, 0, q_elems * 4, e.gpu.stream) }.map_err(|err| format!("zeroing attention scratch: {err:?}"))?;
     let out = |i: usize| grads[i].map_or(scratch.at(at[4 + i]), |g| g.buf.at(g.offset));
     let ptrs = [ins[0], ins[1], ins[2], o, ins[3], out(0), out(1), out(2)];
     dnn.launch(&bwd, &cudnn::Run { ptrs: &ptrs, stats, scale }, ws, [row_dot, dq_sum])?;
     Ok(true)
+}
+
+/// cuDNN's forward and backward shapes for a saved pair ([`crate::saved`]) of `heads` heads of
+/// `head_dim` channels over `q`, `k`, `v` (the forward's output and the backward's `dy` as
+/// wide as `q`) of dtype `dt`, masked by `mask`; `None` where cuDNN would not take them.
+pub(crate) fn saved_shapes(dt: DType, heads: usize, head_dim: usize, mask: MaskKind, [q, k, v]: [&[usize]; 3]) -> Option<(cudnn::Shape, cudnn::Shape)> {
+    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let (args, batch) = geometry(heads, [q, k, v, q], heads, mask, scale, 0.0);
+    let fwd = fused_shape(false, dt, &args, batch, vec![args.q, args.k, args.v, args.o])?;
+    let bwd = fused_shape(true, dt, &args, batch, vec![args.q, args.k, args.v, args.o, args.o, args.q, args.k, args.v])?;
+    Some((fwd, bwd))
+}
+
+/// The forward of a saved pair: `(q, k, v)` into `outs` = `(out, lse)`, the rows'
+/// log-sum-exp (f32 `[B, H, S_q]`) kept for the backward.
+pub fn saving_forward(e: &CudaEngine, (heads, head_dim, mask): (usize, usize, MaskKind), ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> Res {
+    let ([q, k, v], [out, lse]) = (three(ins)?, two(outs)?);
+    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let (args, batch) = geometry(heads, [q.dims, k.dims, v.dims, out.dims], heads, mask, scale, 0.0);
+    let dnn = e.cudnn().ok_or("a saving attention forward runs only through cuDNN, which is not loaded")?;
+    let shape = fused_shape(false, q.dtype, &args, batch, vec![args.q, args.k, args.v, args.o]).filter(|_| aligned(&[q, k, v, out, lse]));
+    let shape = shape.ok_or_else(|| format!("cuDNN does not take the saving attention forward over q {:?}", q.dims))?;
+    let scratch = DevMem::uninit(&e.gpu, dnn.workspace(&shape)?).map_err(|err| err.to_string())?;
+    let ptrs: Vec<_> = [q, k, v, out].iter().map(|a| a.buf.at(a.offset)).collect();
+    dnn.launch(&shape, &cudnn::Run { ptrs: &ptrs, stats: lse.buf.at(lse.offset), scale: args.scale }, scratch.at(0), [0, 0])
+}
+
+/// The backward of a saved pair: `(q, k, v, dy, o, lse)` into `(dq, dk, dv)`.
+pub fn saved_backward(e: &CudaEngine, (heads, head_dim, mask): (usize, usize, MaskKind), ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> Res {
+    let [q, k, v, dy, o, lse] = ins else {
+        return Err(format!("a saved attention backward takes q, k, v, dy, o and lse, not {} operands", ins.len()));
+    };
+    let [dq, dk, dv] = three(outs)?;
+    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let (args, batch) = geometry(heads, [q.dims, k.dims, v.dims, dy.dims], heads, mask, scale, 0.0);
+    let saved = Saved::Kept { o: (o.buf.at(o.offset), layout(o.dims, heads).0), lse: lse.buf.at(lse.offset) };
+    if !aligned(&[*o, *lse]) || !fused_backward(e, q.dtype, &args, batch, [*q, *k, *v, *dy], [Some(dq), Some(dk), Some(dv)], saved)? {
+        return Err(format!("cuDNN does not take the saved attention backward over q {:?}", q.dims));
+    }
+    Ok(())
+}
+
+fn three<'a, 'b>(args: &'b [Arg<'a, DevMem>]) -> Result<[Arg<'a, DevMem>; 3], String> {
+    <[Arg<'a, DevMem>; 3]>::try_from(args).map_err(|_| format!("3 operands expected, {} given", args.len()))
+}
+
+fn two<'a, 'b>(args: &'b [Arg<'a, DevMem>]) -> Result<[Arg<'a, DevMem>; 2], String> {
+    <[Arg<'a, DevMem>; 2]>::try_from(args).map_err(|_| format!("2 operands expected, {} given", args.len()))
 }
 
 /// Lets `f` use `bytes` of dynamic shared memory, or says that the device has too little

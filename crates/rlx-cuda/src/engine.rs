@@ -10,7 +10,7 @@ use crate::launch::{broadcast, contiguous, elementwise, tiled, Param, Walk};
 use crate::memory::DevMem;
 use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
-use crate::{attention, decode, fuse, kv, matmul, quant, reduce, rows, source};
+use crate::{attention, decode, fuse, kv, matmul, quant, reduce, rows, saved, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::layout::moves;
@@ -221,6 +221,8 @@ impl CudaEngine {
             Op::Rope(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, false, ins, out),
             Op::RopeBackward(r) => attention::rope(self, op, r.head_dim, r.n_rot, r.style, true, ins, out),
             Op::Attention(a) => decode::attention(self, op, a, ins, out).unwrap_or_else(|| attention::attention(self, op, a, ins, out)),
+            Op::Custom(c) if c.name == saved::FORWARD => attention::saving_forward(self, saved::parse(c)?, ins, outs),
+            Op::Custom(c) if c.name == saved::BACKWARD => attention::saved_backward(self, saved::parse(c)?, ins, outs),
             Op::AttentionBackward(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, Some(a.wrt as usize), ins, outs),
             Op::AttentionBackwardAll(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, None, ins, outs),
             Op::KvAppend(a) => kv::append(self, op, a, ins, out),

@@ -23,6 +23,7 @@ mod quant;
 mod reduce;
 mod report;
 mod rows;
+mod saved;
 mod stage;
 pub mod source;
 
@@ -81,10 +82,13 @@ impl Backend for CudaBackend {
     }
 
     /// Builds every kernel the graph launches now, so that a kernel that does not compile
-    /// fails here, then plans what is static.
+    /// fails here, then plans what is static; attention pairs cuDNN takes first become the
+    /// ops of [`saved`], whose backward reads the forward's output and log-sum-exp.
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
         let gpu = &self.engine.gpu;
         gpu.bind()?;
+        let saving = saved::rewrite_for(graph, &self.engine);
+        let graph = saving.as_ref().unwrap_or(graph);
         for node in graph.nodes() {
             if let Some(sources) = source::for_node(&node.op, &input_dtypes(graph, node)) {
                 for s in &sources {

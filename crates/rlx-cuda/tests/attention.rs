@@ -254,6 +254,29 @@ fn tensor_core_attention_gradients() {
     }
 }
 
+/// Attention and its gradients over the same inputs in one graph, as a training step runs
+/// them: where cuDNN takes the pair, compiling makes the backward read the forward's output and
+/// log-sum-exp (`saved`); either way every output agrees with the CPU.
+#[test]
+fn attention_and_its_gradients_in_one_graph() {
+    let Some(gpu) = gpu() else { return };
+    for (layout, b, heads, s, d, mask) in [(4, 2, 3, 150, 64, MaskKind::Causal), (3, 2, 2, 77, 128, MaskKind::None), (2, 1, 4, 96, 32, MaskKind::Causal)] {
+        let mut g = Graph::new();
+        let xd = dims(layout, b, heads, s, d);
+        let names = ["q", "k", "v", "dy"];
+        let vals: Vec<_> = names.iter().map(|n| {
+            let x = f32_input(&mut g, n, &xd);
+            g.cast(x, DType::BF16).unwrap()
+        }).collect();
+        let y = g.attention(Attention::new(heads, d, mask), vals[0], vals[1], vals[2], None).unwrap();
+        let grads = g.attention_backward_all(AttentionBackwardAll { num_heads: heads, head_dim: d, mask_kind: mask }, vals[0], vals[1], vals[2], vals[3], None).unwrap();
+        let outs = [vec![y], grads].concat().into_iter().map(|v| g.cast(v, DType::F32).unwrap()).collect();
+        g.set_outputs(outs).unwrap();
+        let inputs: Vec<(&str, Tensor)> = names.iter().enumerate().map(|(i, n)| (*n, random(&xd, 77 + i as u64, -1.5, 1.5))).collect();
+        agree_native(&gpu, &g, &inputs, Tol::norm(2e-2), &[OpKind::Attention, OpKind::AttentionBackwardAll]);
+    }
+}
+
 /// `cos`/`sin` tables `[s, w]` (or flat, `w` per row) of angles `p·θ_i` for the first
 /// `w` (at most `n_rot/2` distinct) frequencies.
 fn tables(s: usize, w: usize, flat: bool) -> (Tensor, Tensor) {
