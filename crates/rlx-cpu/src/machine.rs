@@ -16,7 +16,7 @@ pub struct Machine {
     /// Threads the kernels' pool runs.
     pub threads: usize,
     /// `(kernel family, choice)`.
-    pub kernels: Vec<(&'static str, &'static str)>,
+    pub kernels: Vec<(&'static str, String)>,
 }
 
 /// This machine, as the kernels see it.
@@ -29,7 +29,7 @@ pub fn machine() -> Machine {
         threads: rayon::current_num_threads(),
         kernels: vec![
             ("f32 GEMM register tile", crate::kernels::matmul::sgemm_tile()),
-            ("quantized products (8-bit activation blocks)", crate::kernels::quant::q8_kernels()),
+            ("quantized products (8-bit activation blocks)", crate::kernels::quant::q8_kernels().to_string()),
         ],
     }
 }

@@ -7,9 +7,14 @@ mod rows;
 mod sgemm;
 mod tile;
 
-/// The f32 GEMM register tile this CPU runs (`rlx info`).
-pub fn sgemm_tile() -> &'static str {
-    tile::Tile::best().name
+/// The f32 GEMM register tile this CPU runs (`rlx info`), and whether `RLX_SGEMM_TILE` chose it.
+pub fn sgemm_tile() -> String {
+    let best = tile::Tile::best();
+    match std::env::var(tile::OVERRIDE) {
+        Ok(name) if tile::Tile::overridden().is_some_and(|t| t.name == best.name) => format!("{} ({}={name})", best.name, tile::OVERRIDE),
+        Ok(name) => format!("{} ({}={name:?} names no tile this CPU runs)", best.name, tile::OVERRIDE),
+        Err(_) => best.name.to_string(),
+    }
 }
 
 pub use rows::FEW_ROWS;

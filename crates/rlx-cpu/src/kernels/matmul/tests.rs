@@ -323,3 +323,14 @@ fn filled_b_over_a_packed_by_rows_gives_the_packed_results_and_unpacks() {
         }
     }
 }
+
+#[test]
+fn a_tile_is_named_by_its_name_or_its_instruction_set() {
+    for t in Tile::available() {
+        assert_eq!(Tile::named(t.name).map(|x| x.name), Some(t.name));
+        assert_eq!(Tile::named(&t.name.replace('×', "x").to_uppercase()).map(|x| x.name), Some(t.name));
+        assert_eq!(Tile::named(t.isa).map(|x| x.isa), Some(t.isa));
+    }
+    assert_eq!(Tile::named("portable").map(|t| t.name), Some("portable 4×8"));
+    assert!(Tile::named("sve 8×8").is_none());
+}

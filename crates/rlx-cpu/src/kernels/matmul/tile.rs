@@ -38,6 +38,9 @@ pub type InPlace = unsafe fn(usize, *const f32, usize, *const f32, *mut f32, usi
 /// [`Tile::gathered_rows`] the packed operand is `b` and `a`'s columns are read in place.
 pub type Gathered = unsafe fn(usize, *const f32, *const f32, *const usize, *mut f32, usize, bool);
 
+/// The environment variable that picks the f32 GEMM's register tile ([`Tile::named`]).
+pub const OVERRIDE: &str = "RLX_SGEMM_TILE";
+
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
 pub const MAX_TILE: usize = 12 * 32;
 
@@ -75,10 +78,24 @@ impl Tile {
         tiles
     }
 
-    /// The fastest kernel this CPU can run (detected once).
+    /// The kernel f32 GEMMs run, chosen once: the one `RLX_SGEMM_TILE` names where this CPU
+    /// runs it ([`Tile::named`]), else the fastest this CPU runs.
     pub fn best() -> Tile {
         static BEST: OnceLock<Tile> = OnceLock::new();
-        *BEST.get_or_init(|| Tile::available()[0])
+        *BEST.get_or_init(|| Tile::overridden().unwrap_or_else(|| Tile::available()[0]))
+    }
+
+    /// The tile `RLX_SGEMM_TILE` names, where it is set and this CPU runs that tile.
+    pub fn overridden() -> Option<Tile> {
+        std::env::var(OVERRIDE).ok().and_then(|name| Tile::named(&name))
+    }
+
+    /// The tile this CPU runs that `name` names: a tile's name (`avx512 8×48`; `x` for `×`
+    /// and any case) or an instruction set (`avx512`, `avx2`, `portable`: its fastest tile).
+    pub fn named(name: &str) -> Option<Tile> {
+        let plain = |s: &str| s.trim().replace('×', "x").to_ascii_lowercase();
+        let want = plain(name);
+        Tile::available().into_iter().find(|t| plain(t.name) == want || t.isa == want)
     }
 
     /// This tile's rows with `b` rows read in place ([`Gathered`]) over `16·nv` columns, where
