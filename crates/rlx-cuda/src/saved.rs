@@ -88,6 +88,7 @@ fn rewrite(graph: &Graph, takes: impl Fn(&cudnn::Shape, &cudnn::Shape) -> bool) 
         let dims: Vec<Vec<usize>> = node.inputs.iter().filter_map(|&v| graph.ty(v).shape.as_static()).collect();
         let dt = graph.ty(node.inputs[0]).dtype;
         let takes = node.inputs.len() == 4
+            && f < id
             && dims.len() == 4
             && same(a, b)
             && !pairs.contains_key(&f)
@@ -171,6 +172,12 @@ mod tests {
         let y = alone.attention(Attention::new(4, 32, MaskKind::Causal), x[0], x[1], x[2], None).expect("attention");
         alone.set_outputs(vec![y]).expect("output");
         assert!(rewrite(&alone, |_, _| true).is_none(), "no backward");
+        let mut first = Graph::new();
+        let x: Vec<ValueId> = ["q", "k", "v", "dy"].iter().map(|n| first.input(n, ty.clone())).collect();
+        let grads = first.attention_backward_all(AttentionBackwardAll { num_heads: 4, head_dim: 32, mask_kind: MaskKind::Causal }, x[0], x[1], x[2], x[3], None).expect("gradients");
+        let y = first.attention(Attention::new(4, 32, MaskKind::Causal), x[0], x[1], x[2], None).expect("attention");
+        first.set_outputs([grads, vec![y]].concat()).expect("outputs");
+        assert!(rewrite(&first, |_, _| true).is_none(), "the backward comes first");
     }
 
     #[test]
