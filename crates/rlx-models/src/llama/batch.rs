@@ -86,7 +86,10 @@ impl PooledLlama {
             }
             None => global,
         };
-        b.decoder(c, tokens, out_rows, &global, &local)?;
+        let logits = b.decoder(c, tokens, out_rows, &global, &local)?;
+        // The scheduler samples from the logits on the host: the greedy token the decoder
+        // also outputs (an arg-max over every row's vocabulary) would be computed for nothing.
+        b.g.set_outputs(vec![logits])?;
         Ok(PooledLlama { config: c.clone(), graph: b.g, params: b.params, slots, context })
     }
 
