@@ -145,7 +145,7 @@ impl PooledDecoder {
     }
 
     /// Runs one step: every part's tokens, whose new slots must follow one another from the
-    /// first part's on; then `pad` more tokens (id 0, at position 0, seeing nothing) in the
+    /// first part's on; then `pad` more tokens (id 0, at position 0, seeing one row) in the
     /// slots after them, so that the step's size is a bucket. Returns the `[vocab]` logits of
     /// each part that wants them, in order.
     pub fn step(&mut self, parts: &[Part], pad: usize) -> Result<Vec<Vec<f32>>> {
@@ -217,6 +217,15 @@ impl PooledDecoder {
             }
             if p.logits {
                 out_rows.push(tokens.len() as i64 - 1);
+            }
+        }
+        // Each padding token sees the union's first row, so that its keys are one row, not
+        // the union: a fully hidden row spans every key, and one such query in a step made
+        // the attention kernel score every query against the whole union.
+        for r in tokens.len()..t {
+            mask[r * u] = 0.0;
+            if let Some(m) = local.as_mut() {
+                m[r * u] = 0.0;
             }
         }
         tokens.resize(t, 0);
@@ -568,6 +577,38 @@ impl Batcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A compiled pooled decoder of a tiny random Llama (2 layers, 4 heads of 16).
+    fn tiny_decoder(slots: usize) -> PooledDecoder {
+        let c = LlamaConfig { vocab: 64, d_model: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, d_ff: 128, rope_dim: 16, context: 256, ..LlamaConfig::llama_3_2_1b() };
+        let w = Weights::random(&c, 7, None);
+        let session = Session::new(std::sync::Arc::new(rlx_cpu::CpuBackend::new()));
+        PooledDecoder::new(PooledLlama::build(&c, &w, slots, c.context).unwrap(), &session).unwrap()
+    }
+
+    #[test]
+    fn each_token_sees_its_own_sequence_and_padding_one_row() {
+        let d = tiny_decoder(256);
+        // Three sequences of 5, 2 and 130 positions, each decoding one token, padded to 4.
+        let (a, b, c): (Vec<usize>, Vec<usize>, Vec<usize>) = ((100..104).chain([0]).collect(), vec![110, 1], (120..249).chain([2]).collect());
+        let parts = [
+            Part { tokens: &[1], start: 4, slots: &a, logits: true },
+            Part { tokens: &[2], start: 1, slots: &b, logits: true },
+            Part { tokens: &[3], start: 129, slots: &c, logits: true },
+        ];
+        let inputs = d.inputs(&parts, 1).unwrap();
+        let get = |name: &str| inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| t).unwrap();
+        let (rows, mask) = (get(KV_ROWS).to_vec::<i64>().unwrap(), get(MASK).to_vec::<f32>().unwrap());
+        // Segments from 0, 128 and 256; 256 + 130 rows bucketed to 512.
+        assert_eq!(rows.len(), 512);
+        let u = rows.len();
+        let seen = |r: usize| -> Vec<usize> { (0..u).filter(|&j| mask[r * u + j] == 0.0).collect() };
+        assert_eq!(seen(0), (0..5).collect::<Vec<_>>());
+        assert_eq!(seen(1), vec![128, 129]);
+        assert_eq!(seen(2), (256..386).collect::<Vec<_>>());
+        assert_eq!(seen(3), vec![0], "the padding token sees one row");
+        assert_eq!((&rows[..5], &rows[128..130], rows[385]), (&[100i64, 101, 102, 103, 0][..], &[110i64, 1][..], 2));
+    }
 
     #[test]
     fn buckets_are_powers_of_two() {
