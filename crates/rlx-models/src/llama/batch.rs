@@ -266,7 +266,8 @@ pub struct BatchConfig {
     pub block: usize,
     /// Most sequences in one decode step.
     pub max_batch: usize,
-    /// Most prompt tokens in one prefill step (a power of two).
+    /// Most tokens of a step that feeds prompts (a power of two; at least the bucket of the
+    /// step's decode tokens).
     pub prefill_chunk: usize,
 }
 
@@ -310,12 +311,15 @@ pub struct Event {
 /// What one step ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepStats {
-    /// Sequences in the step.
+    /// Sequences in the step: decoding ones and those whose prompt it fed.
     pub sequences: usize,
-    /// Real tokens run (prompt or decode), then padding.
+    /// Sequences that decoded a token in it.
+    pub decoded: usize,
+    /// Real tokens run (prompt and decode), of them prompt tokens, then padding.
     pub tokens: usize,
+    pub prompt_tokens: usize,
     pub padding: usize,
-    /// Whether it was a prefill step.
+    /// Whether it fed prompt tokens.
     pub prefill: bool,
 }
 
@@ -347,9 +351,10 @@ impl Seq {
 }
 
 /// The continuous-batching scheduler: a queue of requests, the running sequences and the KV
-/// pool. Each [`Batcher::step`] runs either one prompt chunk of one sequence or one decode
-/// token of up to `max_batch` sequences (alternating while both are pending), so that a new
-/// request starts without stalling the others for its whole prompt.
+/// pool. Each [`Batcher::step`] runs one decode token of up to `max_batch` sequences and,
+/// while prompts are pending, up to `prefill_chunk` prompt tokens beside them (several
+/// prompts, the last perhaps cut), so that a new request starts without stalling the others
+/// for its whole prompt and short prompts do not each pad a step of their own.
 pub struct Batcher {
     decoder: PooledDecoder,
     pool: KvPool,
@@ -358,14 +363,13 @@ pub struct Batcher {
     running: Vec<Seq>,
     next_id: SeqId,
     steps: u64,
-    prefill_turn: bool,
 }
 
 impl Batcher {
     /// A scheduler over `decoder`, whose pools are cut into blocks of `cfg.block` slots.
     pub fn new(decoder: PooledDecoder, cfg: BatchConfig) -> Batcher {
         let pool = KvPool::new(decoder.slots() / cfg.block.max(1), cfg.block.max(1));
-        Batcher { decoder, pool, cfg, waiting: VecDeque::new(), running: Vec::new(), next_id: 0, steps: 0, prefill_turn: true }
+        Batcher { decoder, pool, cfg, waiting: VecDeque::new(), running: Vec::new(), next_id: 0, steps: 0 }
     }
 
     /// The model's configuration.
@@ -470,56 +474,55 @@ impl Batcher {
             self.running.push(seq);
         }
         self.steps += 1;
-        let prefill = self.running.iter().position(Seq::prefilling);
-        let decoding = self.running.iter().any(|s| !s.prefilling());
-        match prefill {
-            Some(i) if self.prefill_turn || !decoding => {
-                self.prefill_turn = false;
-                self.prefill_step(i)
-            }
-            _ if decoding => {
-                self.prefill_turn = true;
-                self.decode_step()
-            }
-            _ => Ok((Vec::new(), StepStats::default())),
-        }
+        self.mixed_step()
     }
 
-    /// The next chunk of sequence `i`'s prompt.
-    fn prefill_step(&mut self, i: usize) -> Result<(Vec<Event>, StepStats)> {
-        let (fed, len) = (self.running[i].slots.len(), self.running[i].req.prompt.len());
-        let want = (len - fed).min(self.cfg.prefill_chunk.max(1));
-        let (start, got) = self.take_bucketed(want)?;
-        let n = want.min(got);
-        let seq = &mut self.running[i];
-        seq.slots.extend(start..start + n);
-        let last = seq.slots.len() == len;
-        let part = Part { tokens: &seq.tokens[fed..fed + n], start: fed, slots: &seq.slots, logits: last };
-        let result = self.decoder.step(&[part], got - n);
-        self.pool.give_back(&(start + n..start + got).collect::<Vec<_>>());
-        let logits = result?;
-        let stats = StepStats { sequences: 1, tokens: n, padding: got - n, prefill: true };
-        match logits.into_iter().next() {
-            Some(l) if last => Ok((self.sampled(&[(i, l)]), stats)),
-            _ => Ok((Vec::new(), stats)),
-        }
-    }
-
-    /// One token for each of up to `max_batch` decoding sequences, least recently served first.
-    fn decode_step(&mut self) -> Result<(Vec<Event>, StepStats)> {
+    /// One step of up to `max_batch` decoding sequences (least recently served first), one
+    /// token each, and as many prompt tokens of prefilling sequences (in order of arrival,
+    /// the last one's prompt perhaps cut) as fill the step up to `prefill_chunk` tokens or
+    /// its bucket, whichever is larger. Prompt tokens take the room a decode step pads, and
+    /// several short prompts share one step rather than each padding its own bucket.
+    fn mixed_step(&mut self) -> Result<(Vec<Event>, StepStats)> {
         let mut ready: Vec<usize> = (0..self.running.len()).filter(|&i| !self.running[i].prefilling()).collect();
         ready.sort_by_key(|&i| (self.running[i].served, self.running[i].id));
         ready.truncate(self.cfg.max_batch.max(1));
-        let (start, got) = self.take_bucketed(ready.len())?;
-        let b = ready.len().min(got);
-        ready.truncate(b);
-        ready.sort_unstable();
-        for (k, &i) in ready.iter().enumerate() {
-            let s = &mut self.running[i];
-            s.slots.push(start + k);
-            s.served = self.steps;
+        let left = |s: &Seq| s.req.prompt.len() - s.slots.len();
+        let prompt: usize = self.running.iter().filter(|s| s.prefilling()).map(left).sum();
+        if ready.is_empty() && prompt == 0 {
+            return Ok((Vec::new(), StepStats::default()));
         }
-        let parts: Vec<Part> = ready
+        let limit = if prompt == 0 { ready.len() } else { self.cfg.prefill_chunk.max(1).max(bucket(ready.len())) };
+        let (start, got) = self.take_bucketed(limit.min(ready.len() + prompt))?;
+        // Decode tokens first; prompt tokens fill what is left of the run.
+        ready.truncate(got);
+        ready.sort_unstable();
+        let mut room = got - ready.len();
+        let mut chunks: Vec<(usize, usize)> = Vec::new();
+        for (i, s) in self.running.iter().enumerate() {
+            if room == 0 {
+                break;
+            }
+            if s.prefilling() {
+                let n = left(s).min(room);
+                chunks.push((i, n));
+                room -= n;
+            }
+        }
+        let mut next = start;
+        for &i in &ready {
+            let s = &mut self.running[i];
+            s.slots.push(next);
+            s.served = self.steps;
+            next += 1;
+        }
+        let mut fed = Vec::with_capacity(chunks.len());
+        for &(i, n) in &chunks {
+            let s = &mut self.running[i];
+            fed.push(s.slots.len());
+            s.slots.extend(next..next + n);
+            next += n;
+        }
+        let mut parts: Vec<Part> = ready
             .iter()
             .map(|&i| {
                 let s = &self.running[i];
@@ -527,11 +530,19 @@ impl Batcher {
                 Part { tokens: &s.tokens[p..p + 1], start: p, slots: &s.slots, logits: true }
             })
             .collect();
-        let result = self.decoder.step(&parts, got - b);
-        self.pool.give_back(&(start + b..start + got).collect::<Vec<_>>());
+        for (&(i, n), &from) in chunks.iter().zip(&fed) {
+            let s = &self.running[i];
+            parts.push(Part { tokens: &s.tokens[from..from + n], start: from, slots: &s.slots, logits: from + n == s.req.prompt.len() });
+        }
+        let used = next - start;
+        let result = self.decoder.step(&parts, got - used);
+        let wanted: Vec<usize> = ready.iter().copied().chain(chunks.iter().zip(&fed).filter(|&(&(i, n), &from)| from + n == self.running[i].req.prompt.len()).map(|(&(i, _), _)| i)).collect();
+        drop(parts);
+        self.pool.give_back(&(next..start + got).collect::<Vec<_>>());
         let logits = result?;
-        let stats = StepStats { sequences: b, tokens: b, padding: got - b, prefill: false };
-        let rows: Vec<(usize, Vec<f32>)> = ready.into_iter().zip(logits).collect();
+        let prompt_tokens = used - ready.len();
+        let stats = StepStats { sequences: ready.len() + chunks.len(), decoded: ready.len(), tokens: used, prompt_tokens, padding: got - used, prefill: prompt_tokens > 0 };
+        let rows: Vec<(usize, Vec<f32>)> = wanted.into_iter().zip(logits).collect();
         Ok((self.sampled(&rows), stats))
     }
 
