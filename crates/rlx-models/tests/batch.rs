@@ -240,3 +240,37 @@ fn short_prompts_share_a_step_with_the_decoding_sequences() {
         assert_eq!(got[&(i as SeqId)][..], alone[0].0[1..], "request {i}");
     }
 }
+
+#[test]
+fn a_batch_as_large_as_the_prompt_chunk_still_feeds_prompts() {
+    // 4 sequences decoding with steps of at most 4 prompt tokens: a fifth request's prompt
+    // still moves on every step (beside them, in a step of 8), and its reply is its reply alone.
+    let c = tiny(97);
+    let w = Weights::random(&c, 81, None);
+    let ps = prompts(82, 5, c.vocab);
+    // Long enough replies that the first four all decode before any ends.
+    let reqs: Vec<SeqRequest> = ps.iter().enumerate().map(|(i, p)| greedy(p, if i < 4 { 120 } else { 20 })).collect();
+    let cfg = BatchConfig { block: 8, max_batch: 4, prefill_chunk: 4 };
+    let mut b = batcher(&c, &w, 2048, cfg.clone());
+    for r in &reqs[..4] {
+        b.submit(r.clone()).unwrap();
+    }
+    let mut steps = 0;
+    while b.step().unwrap().1.decoded < 4 {
+        steps += 1;
+        assert!(steps < 200, "the four never decode together");
+    }
+    let late = b.submit(reqs[4].clone()).unwrap();
+    let mut got = Vec::new();
+    let mut fed = 0;
+    while !b.is_idle() {
+        let (events, stats) = b.step().unwrap();
+        if fed < ps[4].len() {
+            assert!(stats.prompt_tokens > 0, "a step held the waiting prompt back: {stats:?}");
+            fed += stats.prompt_tokens;
+        }
+        got.extend(events.into_iter().filter(|e| e.id == late).filter_map(|e| e.token));
+    }
+    let alone = serve(&mut batcher(&c, &w, 512, cfg), &reqs[4..], &[0]);
+    assert_eq!(got, alone[0].0);
+}

@@ -267,7 +267,7 @@ pub struct BatchConfig {
     /// Most sequences in one decode step.
     pub max_batch: usize,
     /// Most tokens of a step that feeds prompts (a power of two; at least the bucket of the
-    /// step's decode tokens).
+    /// step's decode tokens and one prompt token).
     pub prefill_chunk: usize,
 }
 
@@ -479,9 +479,10 @@ impl Batcher {
 
     /// One step of up to `max_batch` decoding sequences (least recently served first), one
     /// token each, and as many prompt tokens of prefilling sequences (in order of arrival,
-    /// the last one's prompt perhaps cut) as fill the step up to `prefill_chunk` tokens or
-    /// its bucket, whichever is larger. Prompt tokens take the room a decode step pads, and
-    /// several short prompts share one step rather than each padding its own bucket.
+    /// the last one's prompt perhaps cut) as fill the step up to `prefill_chunk` tokens, or
+    /// the bucket of the decode tokens and one more, whichever is larger. Prompt tokens take
+    /// the room a decode step pads, and several short prompts share one step rather than each
+    /// padding its own bucket.
     fn mixed_step(&mut self) -> Result<(Vec<Event>, StepStats)> {
         let mut ready: Vec<usize> = (0..self.running.len()).filter(|&i| !self.running[i].prefilling()).collect();
         ready.sort_by_key(|&i| (self.running[i].served, self.running[i].id));
@@ -491,10 +492,12 @@ impl Batcher {
         if ready.is_empty() && prompt == 0 {
             return Ok((Vec::new(), StepStats::default()));
         }
-        let limit = if prompt == 0 { ready.len() } else { self.cfg.prefill_chunk.max(1).max(bucket(ready.len())) };
+        let limit = if prompt == 0 { ready.len() } else { self.cfg.prefill_chunk.max(1).max(bucket(ready.len() + 1)) };
         let (start, got) = self.take_bucketed(limit.min(ready.len() + prompt))?;
-        // Decode tokens first; prompt tokens fill what is left of the run.
-        ready.truncate(got);
+        // Decode tokens first; prompt tokens fill what is left of the run, at least one while
+        // a prompt waits (else a batch as large as the chunk, or a run cut short by a
+        // fragmented pool, would hold every prompt back).
+        ready.truncate(if prompt > 0 { got - 1 } else { got });
         ready.sort_unstable();
         let mut room = got - ready.len();
         let mut chunks: Vec<(usize, usize)> = Vec::new();
