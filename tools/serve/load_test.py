@@ -12,8 +12,11 @@ and be complete. Then, in `--rounds` rounds, the aggregate decode speed of 1, 8,
 concurrent streams; with `--llama-server` (llama.cpp's server, which `tools/serve/llama_server.sh`
 builds from the llama-cpp-python source distribution) the same rounds against it, with 8
 parallel slots, each round alternating between the two servers, which are both up but idle
-while the other is measured. Prints each figure's median over the rounds. Exits non-zero when
-a reply differs or is incomplete.
+while the other is measured. Prints each figure's median over the rounds, and for each
+several-stream run where its time went: until every stream had its first token (the other
+prompts' prefill), while all streams decoded (and their rate then), and after the shortest
+reply ended (the longer ones with fewer streams). Exits non-zero when a reply differs or is
+incomplete.
 """
 
 import concurrent.futures
@@ -42,12 +45,13 @@ def free_port():
 
 
 def stream_one(client, model, topic):
-    """(text, completion tokens, finish reason, first-token time, last-token time)."""
+    """(text, completion tokens, finish reason, first-token time, last-token time, the time of
+    each chunk with text)."""
     start = time.perf_counter()
     chunks = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": f"Write two sentences about {topic}."}],
         temperature=0, max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True})
-    text, first, last, finish, tokens = [], None, start, None, None
+    text, first, last, finish, tokens, times = [], None, start, None, None, []
     for c in chunks:
         now = time.perf_counter()
         if c.usage is not None:
@@ -57,10 +61,11 @@ def stream_one(client, model, topic):
         if c.choices[0].delta.content:
             first = first or now
             last = now
+            times.append(now)
             text.append(c.choices[0].delta.content)
         finish = c.choices[0].finish_reason or finish
     # A server that sends no usage streams a token a chunk (llama.cpp's does both).
-    return "".join(text), len(text) if tokens is None else tokens, finish, first or start, last
+    return "".join(text), len(text) if tokens is None else tokens, finish, first or start, last, times
 
 
 def at_once(client, model, topics):
@@ -73,18 +78,26 @@ def at_once(client, model, topics):
 
 def aggregate(client, model, streams):
     """Decode tokens per second of `streams` concurrent greedy streams, from the first token
-    of any to the last of all (each stream's first token is its prompt's, not decode's)."""
+    of any to the last of all (each stream's first token is its prompt's, not decode's); and
+    where that time went: (ms until every stream had its first token — the other prompts'
+    prefill —, ms while all streams decoded, chunks per second then, ms after the first
+    stream ended — the longer replies alone)."""
     results, _ = at_once(client, model, (TOPICS * 2)[:streams])
     first = min(r[3] for r in results)
     last = max(r[4] for r in results)
-    return sum(max(r[1] - 1, 0) for r in results) / (last - first)
+    started = max(r[3] for r in results)
+    ended = min(r[4] for r in results)
+    together = sum(sum(1 for t in r[5][1:] if started < t <= ended) for r in results)
+    phases = (1e3 * (started - first), 1e3 * max(ended - started, 0), together / (ended - started) if ended > started else 0.0,
+              1e3 * (last - max(ended, started)))
+    return sum(max(r[1] - 1, 0) for r in results) / (last - first), phases
 
 
 def one_stream(client, model, n=8):
     """Decode tokens per second of one stream: `n` requests one after another."""
     tokens, seconds = 0, 0.0
     for t in TOPICS[:n]:
-        _, k, _, first, last = stream_one(client, model, t)
+        _, k, _, first, last, _ = stream_one(client, model, t)
         tokens += max(k - 1, 0)
         seconds += last - first
     return tokens / seconds
@@ -139,10 +152,10 @@ def main():
         _, _, _, client, model = servers[0]
         alone = {}
         for t in TOPICS:
-            text, n, finish, first, last = stream_one(client, model, t)
+            text, n, finish, first, last, _ = stream_one(client, model, t)
             alone[t] = (text, finish)
         results, _ = at_once(client, model, TOPICS)
-        for t, (text, n, finish, _, _) in zip(TOPICS, results):
+        for t, (text, n, finish, *_) in zip(TOPICS, results):
             if (text, finish) != alone[t]:
                 failures += 1
                 print(f"DIFFERS {t!r}: {text!r} ({finish}) vs alone {alone[t][0]!r} ({alone[t][1]})")
@@ -157,11 +170,18 @@ def main():
                                                  "-c", "8192", "-t", str(os.cpu_count()), "--no-webui"], port)))
         counts = (1, 8, 16, 32)
         figures = {(name, c): [] for name, *_ in servers for c in counts}
+        together = {(name, c): [] for name, *_ in servers for c in counts}
         for r in range(rounds):
             for name, _, _, client, model in servers:
                 for c in counts:
-                    tps = one_stream(client, model) if c == 1 else aggregate(client, model, c)
+                    if c == 1:
+                        figures[(name, c)].append(one_stream(client, model))
+                        continue
+                    tps, phases = aggregate(client, model, c)
                     figures[(name, c)].append(tps)
+                    together[(name, c)].append(phases[2])
+                    print(f"  {name}, {c} streams: {phases[0]:.0f} ms until all had a first token, {phases[1]:.0f} ms all decoding "
+                          f"({phases[2]:.1f} tok/s), {phases[3]:.0f} ms after the first ended")
                 print(f"round {r + 1}, {name}: " + ", ".join(f"{c}: {figures[(name, c)][-1]:.1f}" for c in counts))
         print(f"aggregate decode tok/s, median of {rounds} rounds (x: over one stream of the same server)")
         for name, *_ in servers:
@@ -169,6 +189,12 @@ def main():
             print(f"  {name:<10} " + "  ".join(
                 f"{c} streams {statistics.median(figures[(name, c)]):6.1f} ({statistics.median(figures[(name, c)]) / one:4.2f}x)"
                 for c in counts))
+        print("while every stream decoded (median tok/s, x: over one stream)")
+        for name, *_ in servers:
+            one = statistics.median(figures[(name, 1)])
+            print(f"  {name:<10} " + "  ".join(
+                f"{c} streams {statistics.median(together[(name, c)]):6.1f} ({statistics.median(together[(name, c)]) / one:4.2f}x)"
+                for c in counts[1:]))
     finally:
         for name, proc, log, *_ in servers:
             stop(proc, log, name)

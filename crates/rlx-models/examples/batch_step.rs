@@ -78,7 +78,7 @@ fn main() {
             let start = Instant::now();
             let (_, stats) = batcher.step().expect("the step runs");
             let ms = start.elapsed().as_secs_f64() * 1e3;
-            if stats.prefill || stats.sequences != b {
+            if stats.prefill || stats.decoded != b {
                 continue;
             }
             // The first full decode step compiles the plan of its bucket.

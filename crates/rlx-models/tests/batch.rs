@@ -43,7 +43,7 @@ fn serve(b: &mut Batcher, reqs: &[SeqRequest], submit_at: &[usize]) -> Vec<(Vec<
             }
         }
         let (events, stats) = b.step().unwrap();
-        batched = batched.max(stats.sequences * usize::from(!stats.prefill));
+        batched = batched.max(stats.decoded);
         for Event { id, token, finish } in events {
             let e = out.entry(id).or_default();
             e.0.extend(token);
@@ -209,4 +209,68 @@ fn sixteen_sequences_with_caches_past_one_key_tile_agree_batched_and_alone() {
     for (i, r) in reqs.iter().enumerate() {
         assert_eq!(together[i], serve(&mut batcher(&c, &w, 4096, cfg.clone()), std::slice::from_ref(r), &[0])[0], "request {i}");
     }
+}
+
+#[test]
+fn short_prompts_share_a_step_with_the_decoding_sequences() {
+    let c = tiny(97);
+    let w = Weights::random(&c, 71, None);
+    let ps = prompts(72, 4, c.vocab);
+    let reqs: Vec<SeqRequest> = ps.iter().map(|p| greedy(p, 8)).collect();
+    let mut b = batcher(&c, &w, 512, BatchConfig { block: 8, max_batch: 8, prefill_chunk: 256 });
+    b.submit(reqs[0].clone()).unwrap();
+    let (events, first) = b.step().unwrap();
+    assert_eq!((first.prompt_tokens, first.decoded, events.len()), (ps[0].len(), 0, 1), "the first prompt alone, then its first token");
+    for r in &reqs[1..] {
+        b.submit(r.clone()).unwrap();
+    }
+    let (_, mixed) = b.step().unwrap();
+    let prompts: usize = ps[1..].iter().map(Vec::len).sum();
+    assert_eq!((mixed.decoded, mixed.prompt_tokens, mixed.sequences), (1, prompts, 4), "one decode token beside three whole prompts");
+    assert_eq!(mixed.tokens + mixed.padding, (1 + prompts).next_power_of_two());
+    // And each reply is the one it gets alone.
+    let mut got: HashMap<SeqId, Vec<u32>> = HashMap::new();
+    while !b.is_idle() {
+        for e in b.step().unwrap().0 {
+            got.entry(e.id).or_default().extend(e.token);
+        }
+    }
+    for (i, r) in reqs.iter().enumerate().skip(1) {
+        let alone = serve(&mut batcher(&c, &w, 512, BatchConfig::default()), std::slice::from_ref(r), &[0]);
+        assert_eq!(got[&(i as SeqId)][..], alone[0].0[1..], "request {i}");
+    }
+}
+
+#[test]
+fn a_batch_as_large_as_the_prompt_chunk_still_feeds_prompts() {
+    // 4 sequences decoding with steps of at most 4 prompt tokens: a fifth request's prompt
+    // still moves on every step (beside them, in a step of 8), and its reply is its reply alone.
+    let c = tiny(97);
+    let w = Weights::random(&c, 81, None);
+    let ps = prompts(82, 5, c.vocab);
+    // Long enough replies that the first four all decode before any ends.
+    let reqs: Vec<SeqRequest> = ps.iter().enumerate().map(|(i, p)| greedy(p, if i < 4 { 120 } else { 20 })).collect();
+    let cfg = BatchConfig { block: 8, max_batch: 4, prefill_chunk: 4 };
+    let mut b = batcher(&c, &w, 2048, cfg.clone());
+    for r in &reqs[..4] {
+        b.submit(r.clone()).unwrap();
+    }
+    let mut steps = 0;
+    while b.step().unwrap().1.decoded < 4 {
+        steps += 1;
+        assert!(steps < 200, "the four never decode together");
+    }
+    let late = b.submit(reqs[4].clone()).unwrap();
+    let mut got = Vec::new();
+    let mut fed = 0;
+    while !b.is_idle() {
+        let (events, stats) = b.step().unwrap();
+        if fed < ps[4].len() {
+            assert!(stats.prompt_tokens > 0, "a step held the waiting prompt back: {stats:?}");
+            fed += stats.prompt_tokens;
+        }
+        got.extend(events.into_iter().filter(|e| e.id == late).filter_map(|e| e.token));
+    }
+    let alone = serve(&mut batcher(&c, &w, 512, cfg), &reqs[4..], &[0]);
+    assert_eq!(got, alone[0].0);
 }

@@ -114,11 +114,10 @@ fn run(mut batcher: Batcher, rx: mpsc::Receiver<Job>, load: &Load) -> EngineStat
         match batcher.step() {
             Ok((events, step)) => {
                 stats.steps += 1;
-                if step.prefill {
-                    stats.prefill_tokens += step.tokens as u64;
-                } else if step.sequences > 0 {
+                stats.prefill_tokens += step.prompt_tokens as u64;
+                if step.decoded > 0 {
                     stats.decode_steps += 1;
-                    stats.decode_sequences += step.sequences as u64;
+                    stats.decode_sequences += step.decoded as u64;
                 }
                 tracing::trace!(?step, ms = started.elapsed().as_secs_f64() * 1e3, "step");
                 for e in events {

@@ -86,7 +86,10 @@ impl PooledLlama {
             }
             None => global,
         };
-        b.decoder(c, tokens, out_rows, &global, &local)?;
+        let logits = b.decoder(c, tokens, out_rows, &global, &local)?;
+        // The scheduler samples from the logits on the host: the greedy token the decoder
+        // also outputs (an arg-max over every row's vocabulary) would be computed for nothing.
+        b.g.set_outputs(vec![logits])?;
         Ok(PooledLlama { config: c.clone(), graph: b.g, params: b.params, slots, context })
     }
 
@@ -142,7 +145,7 @@ impl PooledDecoder {
     }
 
     /// Runs one step: every part's tokens, whose new slots must follow one another from the
-    /// first part's on; then `pad` more tokens (id 0, at position 0, seeing nothing) in the
+    /// first part's on; then `pad` more tokens (id 0, at position 0, seeing one row) in the
     /// slots after them, so that the step's size is a bucket. Returns the `[vocab]` logits of
     /// each part that wants them, in order.
     pub fn step(&mut self, parts: &[Part], pad: usize) -> Result<Vec<Vec<f32>>> {
@@ -216,6 +219,15 @@ impl PooledDecoder {
                 out_rows.push(tokens.len() as i64 - 1);
             }
         }
+        // Each padding token sees the union's first row, so that its keys are one row, not
+        // the union: a fully hidden row spans every key, and one such query in a step made
+        // the attention kernel score every query against the whole union.
+        for r in tokens.len()..t {
+            mask[r * u] = 0.0;
+            if let Some(m) = local.as_mut() {
+                m[r * u] = 0.0;
+            }
+        }
         tokens.resize(t, 0);
         positions.resize(t, 0);
         if out_rows.is_empty() {
@@ -254,7 +266,8 @@ pub struct BatchConfig {
     pub block: usize,
     /// Most sequences in one decode step.
     pub max_batch: usize,
-    /// Most prompt tokens in one prefill step (a power of two).
+    /// Most tokens of a step that feeds prompts (a power of two; at least the bucket of the
+    /// step's decode tokens and one prompt token).
     pub prefill_chunk: usize,
 }
 
@@ -298,12 +311,15 @@ pub struct Event {
 /// What one step ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepStats {
-    /// Sequences in the step.
+    /// Sequences in the step: decoding ones and those whose prompt it fed.
     pub sequences: usize,
-    /// Real tokens run (prompt or decode), then padding.
+    /// Sequences that decoded a token in it.
+    pub decoded: usize,
+    /// Real tokens run (prompt and decode), of them prompt tokens, then padding.
     pub tokens: usize,
+    pub prompt_tokens: usize,
     pub padding: usize,
-    /// Whether it was a prefill step.
+    /// Whether it fed prompt tokens.
     pub prefill: bool,
 }
 
@@ -335,9 +351,10 @@ impl Seq {
 }
 
 /// The continuous-batching scheduler: a queue of requests, the running sequences and the KV
-/// pool. Each [`Batcher::step`] runs either one prompt chunk of one sequence or one decode
-/// token of up to `max_batch` sequences (alternating while both are pending), so that a new
-/// request starts without stalling the others for its whole prompt.
+/// pool. Each [`Batcher::step`] runs one decode token of up to `max_batch` sequences and,
+/// while prompts are pending, up to `prefill_chunk` prompt tokens beside them (several
+/// prompts, the last perhaps cut), so that a new request starts without stalling the others
+/// for its whole prompt and short prompts do not each pad a step of their own.
 pub struct Batcher {
     decoder: PooledDecoder,
     pool: KvPool,
@@ -346,14 +363,13 @@ pub struct Batcher {
     running: Vec<Seq>,
     next_id: SeqId,
     steps: u64,
-    prefill_turn: bool,
 }
 
 impl Batcher {
     /// A scheduler over `decoder`, whose pools are cut into blocks of `cfg.block` slots.
     pub fn new(decoder: PooledDecoder, cfg: BatchConfig) -> Batcher {
         let pool = KvPool::new(decoder.slots() / cfg.block.max(1), cfg.block.max(1));
-        Batcher { decoder, pool, cfg, waiting: VecDeque::new(), running: Vec::new(), next_id: 0, steps: 0, prefill_turn: true }
+        Batcher { decoder, pool, cfg, waiting: VecDeque::new(), running: Vec::new(), next_id: 0, steps: 0 }
     }
 
     /// The model's configuration.
@@ -458,56 +474,58 @@ impl Batcher {
             self.running.push(seq);
         }
         self.steps += 1;
-        let prefill = self.running.iter().position(Seq::prefilling);
-        let decoding = self.running.iter().any(|s| !s.prefilling());
-        match prefill {
-            Some(i) if self.prefill_turn || !decoding => {
-                self.prefill_turn = false;
-                self.prefill_step(i)
-            }
-            _ if decoding => {
-                self.prefill_turn = true;
-                self.decode_step()
-            }
-            _ => Ok((Vec::new(), StepStats::default())),
-        }
+        self.mixed_step()
     }
 
-    /// The next chunk of sequence `i`'s prompt.
-    fn prefill_step(&mut self, i: usize) -> Result<(Vec<Event>, StepStats)> {
-        let (fed, len) = (self.running[i].slots.len(), self.running[i].req.prompt.len());
-        let want = (len - fed).min(self.cfg.prefill_chunk.max(1));
-        let (start, got) = self.take_bucketed(want)?;
-        let n = want.min(got);
-        let seq = &mut self.running[i];
-        seq.slots.extend(start..start + n);
-        let last = seq.slots.len() == len;
-        let part = Part { tokens: &seq.tokens[fed..fed + n], start: fed, slots: &seq.slots, logits: last };
-        let result = self.decoder.step(&[part], got - n);
-        self.pool.give_back(&(start + n..start + got).collect::<Vec<_>>());
-        let logits = result?;
-        let stats = StepStats { sequences: 1, tokens: n, padding: got - n, prefill: true };
-        match logits.into_iter().next() {
-            Some(l) if last => Ok((self.sampled(&[(i, l)]), stats)),
-            _ => Ok((Vec::new(), stats)),
-        }
-    }
-
-    /// One token for each of up to `max_batch` decoding sequences, least recently served first.
-    fn decode_step(&mut self) -> Result<(Vec<Event>, StepStats)> {
+    /// One step of up to `max_batch` decoding sequences (least recently served first), one
+    /// token each, and as many prompt tokens of prefilling sequences (in order of arrival,
+    /// the last one's prompt perhaps cut) as fill the step up to `prefill_chunk` tokens, or
+    /// the bucket of the decode tokens and one more, whichever is larger. Prompt tokens take
+    /// the room a decode step pads, and several short prompts share one step rather than each
+    /// padding its own bucket.
+    fn mixed_step(&mut self) -> Result<(Vec<Event>, StepStats)> {
         let mut ready: Vec<usize> = (0..self.running.len()).filter(|&i| !self.running[i].prefilling()).collect();
         ready.sort_by_key(|&i| (self.running[i].served, self.running[i].id));
         ready.truncate(self.cfg.max_batch.max(1));
-        let (start, got) = self.take_bucketed(ready.len())?;
-        let b = ready.len().min(got);
-        ready.truncate(b);
-        ready.sort_unstable();
-        for (k, &i) in ready.iter().enumerate() {
-            let s = &mut self.running[i];
-            s.slots.push(start + k);
-            s.served = self.steps;
+        let left = |s: &Seq| s.req.prompt.len() - s.slots.len();
+        let prompt: usize = self.running.iter().filter(|s| s.prefilling()).map(left).sum();
+        if ready.is_empty() && prompt == 0 {
+            return Ok((Vec::new(), StepStats::default()));
         }
-        let parts: Vec<Part> = ready
+        let limit = if prompt == 0 { ready.len() } else { self.cfg.prefill_chunk.max(1).max(bucket(ready.len() + 1)) };
+        let (start, got) = self.take_bucketed(limit.min(ready.len() + prompt))?;
+        // Decode tokens first; prompt tokens fill what is left of the run, at least one while
+        // a prompt waits (else a batch as large as the chunk, or a run cut short by a
+        // fragmented pool, would hold every prompt back).
+        ready.truncate(if prompt > 0 { got - 1 } else { got });
+        ready.sort_unstable();
+        let mut room = got - ready.len();
+        let mut chunks: Vec<(usize, usize)> = Vec::new();
+        for (i, s) in self.running.iter().enumerate() {
+            if room == 0 {
+                break;
+            }
+            if s.prefilling() {
+                let n = left(s).min(room);
+                chunks.push((i, n));
+                room -= n;
+            }
+        }
+        let mut next = start;
+        for &i in &ready {
+            let s = &mut self.running[i];
+            s.slots.push(next);
+            s.served = self.steps;
+            next += 1;
+        }
+        let mut fed = Vec::with_capacity(chunks.len());
+        for &(i, n) in &chunks {
+            let s = &mut self.running[i];
+            fed.push(s.slots.len());
+            s.slots.extend(next..next + n);
+            next += n;
+        }
+        let mut parts: Vec<Part> = ready
             .iter()
             .map(|&i| {
                 let s = &self.running[i];
@@ -515,11 +533,19 @@ impl Batcher {
                 Part { tokens: &s.tokens[p..p + 1], start: p, slots: &s.slots, logits: true }
             })
             .collect();
-        let result = self.decoder.step(&parts, got - b);
-        self.pool.give_back(&(start + b..start + got).collect::<Vec<_>>());
+        for (&(i, n), &from) in chunks.iter().zip(&fed) {
+            let s = &self.running[i];
+            parts.push(Part { tokens: &s.tokens[from..from + n], start: from, slots: &s.slots, logits: from + n == s.req.prompt.len() });
+        }
+        let used = next - start;
+        let result = self.decoder.step(&parts, got - used);
+        let wanted: Vec<usize> = ready.iter().copied().chain(chunks.iter().zip(&fed).filter(|&(&(i, n), &from)| from + n == self.running[i].req.prompt.len()).map(|(&(i, _), _)| i)).collect();
+        drop(parts);
+        self.pool.give_back(&(next..start + got).collect::<Vec<_>>());
         let logits = result?;
-        let stats = StepStats { sequences: b, tokens: b, padding: got - b, prefill: false };
-        let rows: Vec<(usize, Vec<f32>)> = ready.into_iter().zip(logits).collect();
+        let prompt_tokens = used - ready.len();
+        let stats = StepStats { sequences: ready.len() + chunks.len(), decoded: ready.len(), tokens: used, prompt_tokens, padding: got - used, prefill: prompt_tokens > 0 };
+        let rows: Vec<(usize, Vec<f32>)> = wanted.into_iter().zip(logits).collect();
         Ok((self.sampled(&rows), stats))
     }
 
@@ -565,6 +591,38 @@ impl Batcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A compiled pooled decoder of a tiny random Llama (2 layers, 4 heads of 16).
+    fn tiny_decoder(slots: usize) -> PooledDecoder {
+        let c = LlamaConfig { vocab: 64, d_model: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, d_ff: 128, rope_dim: 16, context: 256, ..LlamaConfig::llama_3_2_1b() };
+        let w = Weights::random(&c, 7, None);
+        let session = Session::new(std::sync::Arc::new(rlx_cpu::CpuBackend::new()));
+        PooledDecoder::new(PooledLlama::build(&c, &w, slots, c.context).unwrap(), &session).unwrap()
+    }
+
+    #[test]
+    fn each_token_sees_its_own_sequence_and_padding_one_row() {
+        let d = tiny_decoder(256);
+        // Three sequences of 5, 2 and 130 positions, each decoding one token, padded to 4.
+        let (a, b, c): (Vec<usize>, Vec<usize>, Vec<usize>) = ((100..104).chain([0]).collect(), vec![110, 1], (120..249).chain([2]).collect());
+        let parts = [
+            Part { tokens: &[1], start: 4, slots: &a, logits: true },
+            Part { tokens: &[2], start: 1, slots: &b, logits: true },
+            Part { tokens: &[3], start: 129, slots: &c, logits: true },
+        ];
+        let inputs = d.inputs(&parts, 1).unwrap();
+        let get = |name: &str| inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| t).unwrap();
+        let (rows, mask) = (get(KV_ROWS).to_vec::<i64>().unwrap(), get(MASK).to_vec::<f32>().unwrap());
+        // Segments from 0, 128 and 256; 256 + 130 rows bucketed to 512.
+        assert_eq!(rows.len(), 512);
+        let u = rows.len();
+        let seen = |r: usize| -> Vec<usize> { (0..u).filter(|&j| mask[r * u + j] == 0.0).collect() };
+        assert_eq!(seen(0), (0..5).collect::<Vec<_>>());
+        assert_eq!(seen(1), vec![128, 129]);
+        assert_eq!(seen(2), (256..386).collect::<Vec<_>>());
+        assert_eq!(seen(3), vec![0], "the padding token sees one row");
+        assert_eq!((&rows[..5], &rows[128..130], rows[385]), (&[100i64, 101, 102, 103, 0][..], &[110i64, 1][..], 2));
+    }
 
     #[test]
     fn buckets_are_powers_of_two() {

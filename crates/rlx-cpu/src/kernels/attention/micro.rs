@@ -282,7 +282,10 @@ pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 const DOT_GROUPS: usize = 2;
 
-/// [`dots`] for the keys of `keys` in whole groups of eight; returns the first key left.
+/// [`dots`] for the keys of `keys` in groups of eight; returns the first key left. Keys past
+/// the last whole group, when there are at least eight, are scored as the group of eight
+/// ending at the last key: the keys it shares with the group before get the same sums again
+/// (each key's sum is its own chain), where one chain a key had waited on every multiply-add.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> usize {
@@ -291,7 +294,10 @@ unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> us
     if n == 0 {
         return keys.start;
     }
-    assert!(k.width >= q.len() && (end - 1) * k.stride + k.width <= k.data.len() && end <= s.len(), "attention dots out of bounds");
+    assert!(
+        k.width >= q.len() && (keys.end - 1) * k.stride + k.width <= k.data.len() && keys.end <= s.len(),
+        "attention dots out of bounds"
+    );
     let mut j = keys.start;
     while j + 8 * DOT_GROUPS <= end {
         prefetch::<L1>(k, j + 16 * DOT_GROUPS..j + 24 * DOT_GROUPS);
@@ -303,6 +309,11 @@ unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> us
         // Safety: as above, for eight keys.
         unsafe { dot_groups::<1>(q, k, j, s) };
         j += 8;
+    }
+    if j < keys.end {
+        // Safety: as above: keys.end − 8 ≥ keys.start (n ≥ 8), rows up to keys.end asserted.
+        unsafe { dot_groups::<1>(q, k, keys.end - 8, s) };
+        j = keys.end;
     }
     j
 }
@@ -334,5 +345,32 @@ unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]
     }
     for (g, a) in acc.iter().enumerate() {
         _mm256_storeu_ps(s.as_mut_ptr().add(j + 8 * g), *a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dots_of_every_range_are_each_keys_chain_of_multiply_adds() {
+        // 45 keys of 20 (a stride of 23): ranges of every length from 0 to 45 and several
+        // starts, so that whole groups, a last group overlapping the one before, and ranges
+        // under eight keys all occur; each key's logit is its own in-order chain.
+        let (n, d, stride) = (45, 20, 23);
+        let keys: Vec<f32> = (0..n * stride).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        let q: Vec<f32> = (0..d).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
+        let k = Rows { data: &keys, stride, width: d };
+        for start in [0, 1, 5, 8] {
+            for end in start..=n {
+                let mut s = vec![f32::NAN; n];
+                dots(&q, k, start..end, &mut s);
+                for (j, got) in s.iter().enumerate().take(end).skip(start) {
+                    let want = k.row(j).iter().zip(&q).fold(0f32, |a, (&y, &x)| y.mul_add(x, a));
+                    assert_eq!(got.to_bits(), want.to_bits(), "keys {start}..{end}: key {j}");
+                }
+                assert!(s[..start].iter().chain(&s[end..]).all(|x| x.is_nan()), "keys {start}..{end}: wrote outside");
+            }
+        }
     }
 }

@@ -124,7 +124,12 @@ impl<T: Real> Masking<T> {
                 m.keep_strides = broadcast_strides(mask.dims, &[batch, s_k]);
             }
             (MaskKind::Bias, Some(bias)) => {
-                m.bias = values_f64(bias).iter().map(|&v| T::of(v)).collect();
+                m.bias = match bias.dtype {
+                    // Read as they are (an f32 is exact in f64), not through an f64 copy: a
+                    // batched decode step's `[T, U]` mask is read by every layer.
+                    DType::F32 => bias.get::<f32>().iter().map(|&v| T::of(f64::from(v))).collect(),
+                    _ => values_f64(bias).iter().map(|&v| T::of(v)).collect(),
+                };
                 m.bias_strides = broadcast_strides(bias.dims, &[batch, heads, s_q, s_k]);
                 m.bias_span = (0..s_q).map(|qi| m.bias_span_of(batch, heads, qi)).collect();
             }
@@ -142,10 +147,17 @@ impl<T: Real> Masking<T> {
         let s = &self.bias_strides;
         let (batch, heads) = (if s[0] == 0 { 1 } else { batch }, if s[1] == 0 { 1 } else { heads });
         let (mut lo, mut hi) = (self.s_k, 0);
+        // Above −1e9, or NaN.
+        let shown = |x: &T| !matches!(x.partial_cmp(&T::of(-1e9)), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal));
         for b in 0..batch {
             for h in 0..heads {
-                let kept = |k: &usize| !matches!(self.bias(b, h, qi, *k).partial_cmp(&T::of(-1e9)), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal));
-                match ((0..self.s_k).find(kept), (0..self.s_k).rev().find(kept)) {
+                let kept = |k: &usize| shown(&self.bias(b, h, qi, *k));
+                let found = match self.bias_keys(b, h, qi, 0..self.s_k) {
+                    // Keys contiguous: a scan of the row.
+                    Some(row) => (row.iter().position(shown), row.iter().rposition(shown)),
+                    None => ((0..self.s_k).find(kept), (0..self.s_k).rev().find(kept)),
+                };
+                match found {
                     (Some(first), Some(last)) => (lo, hi) = (lo.min(first), hi.max(last + 1)),
                     _ => return (0, self.s_k),
                 }
