@@ -91,6 +91,12 @@ fn geometry(heads: usize, dims: [&[usize]; 4], kv: usize, mask: MaskKind, scale:
     (args, batch)
 }
 
+/// The logit scale: `given`, or `1/√head_dim` computed in f64 and then rounded, as the CPU
+/// takes it.
+pub(crate) fn score_scale(given: Option<f32>, head_dim: usize) -> f32 {
+    given.map_or(1.0 / (head_dim as f64).sqrt(), f64::from) as f32
+}
+
 /// `Attention`: inputs `(q, k, v)` and the mask or bias of a `Custom` / `Bias` mask. f16/bf16
 /// heads of 16 to 128 channels (a multiple of 16) masked by position or by a key mask run the
 /// tensor-core kernels ([`crate::source::flash`]) where [`flash_takes`] them; the rest the
@@ -102,8 +108,7 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
     }
     let heads = a.num_heads;
     let kv = a.kv_heads_of_dims(k.dims).max(1);
-    // The default scale in f64, then rounded, as the CPU takes it.
-    let scale = a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from) as f32;
+    let scale = score_scale(a.score_scale, a.head_dim);
     let (mut args, batch) = geometry(heads, [q.dims, k.dims, v.dims, out.dims], kv, a.mask_kind, scale, a.attn_logit_softcap.unwrap_or(0.0));
     let (s_q, s_k, d, dv) = (args.s_q as usize, args.s_k as usize, args.d as usize, args.dv as usize);
     let masking = match a.mask_kind {
@@ -130,7 +135,7 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
         Masking::Keys(m) => Some(Some(m)),
         Masking::Bias(_) => None,
     };
-    if masking == Masking::Ranges && fused_forward(e, &args, batch, &[q, k, v, out])? {
+    if masking == Masking::Ranges && fused_forward(e, &args, batch, &[q, k, v, out], None)? {
         return Ok(());
     }
     if let (Some(mask), true) = (key_mask, flash_takes(q.dtype, &args, &[q, k, v, out])) {
@@ -190,7 +195,7 @@ pub fn backward(e: &CudaEngine, op: &Op, heads: usize, head_dim: usize, mask: Ma
     if !(2..=4).contains(&q.dims.len()) {
         return Err(format!("q {:?} must be [B, H, S, D], [B, S, H·D] or [S, H·D]", q.dims));
     }
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let scale = score_scale(None, head_dim);
     let (args, batch) = geometry(heads, [q.dims, k.dims, v.dims, dy.dims], heads, mask, scale, 0.0);
     let grad = |i: usize| match wrt {
         None => outs.get(i).copied(),
@@ -288,23 +293,23 @@ fn carve(sizes: &[usize]) -> (Vec<usize>, usize) {
 }
 
 /// Attention forward through cuDNN where it takes `(q, k, v, out)` (`Ok(false)`: it does not,
-/// and nothing was launched). The rows' log-sum-exp goes to scratch.
-fn fused_forward(e: &CudaEngine, args: &AttnArgs, batch: usize, t: &[Arg<'_, DevMem>; 4]) -> Result<bool, String> {
+/// and nothing was launched). The rows' log-sum-exp goes to `lse` where given, else to scratch.
+fn fused_forward(e: &CudaEngine, args: &AttnArgs, batch: usize, t: &[Arg<'_, DevMem>; 4], lse: Option<Arg<'_, DevMem>>) -> Result<bool, String> {
     let Some(dnn) = e.cudnn() else {
         return Ok(false);
     };
     let Some(shape) = fused_shape(false, t[0].dtype, args, batch, vec![args.q, args.k, args.v, args.o]) else {
         return Ok(false);
     };
-    if !aligned(t) || !dnn.takes(&shape) {
+    if !aligned(t) || !aligned(lse.as_slice()) || !dnn.takes(&shape) {
         return Ok(false);
     }
     let rows = batch * args.heads as usize * args.s_q as usize;
-    let (at, total) = carve(&[rows * 4, dnn.workspace(&shape)?]);
+    let (at, total) = carve(&[if lse.is_some() { 0 } else { rows * 4 }, dnn.workspace(&shape)?]);
     let scratch = DevMem::uninit(&e.gpu, total).map_err(|err| err.to_string())?;
     let ptrs: Vec<_> = t.iter().map(|a| a.buf.at(a.offset)).collect();
-    let run = cudnn::Run { ptrs: &ptrs, stats: scratch.at(at[0]), scale: args.scale };
-    dnn.launch(&shape, &run, scratch.at(at[1]), [0, 0])?;
+    let stats = lse.map_or(scratch.at(at[0]), |l| l.buf.at(l.offset));
+    dnn.launch(&shape, &cudnn::Run { ptrs: &ptrs, stats, scale: args.scale }, scratch.at(at[1]), [0, 0])?;
     Ok(true)
 }
 
@@ -373,7 +378,7 @@ fn fused_backward(e: &CudaEngine, dt: DType, args: &AttnArgs, batch: usize, t: [
 /// `head_dim` channels over `q`, `k`, `v` (the forward's output and the backward's `dy` as
 /// wide as `q`) of dtype `dt`, masked by `mask`; `None` where cuDNN would not take them.
 pub(crate) fn saved_shapes(dt: DType, heads: usize, head_dim: usize, mask: MaskKind, [q, k, v]: [&[usize]; 3]) -> Option<(cudnn::Shape, cudnn::Shape)> {
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let scale = score_scale(None, head_dim);
     let (args, batch) = geometry(heads, [q, k, v, q], heads, mask, scale, 0.0);
     let fwd = fused_shape(false, dt, &args, batch, vec![args.q, args.k, args.v, args.o])?;
     let bwd = fused_shape(true, dt, &args, batch, vec![args.q, args.k, args.v, args.o, args.o, args.q, args.k, args.v])?;
@@ -384,14 +389,12 @@ pub(crate) fn saved_shapes(dt: DType, heads: usize, head_dim: usize, mask: MaskK
 /// log-sum-exp (f32 `[B, H, S_q]`) kept for the backward.
 pub fn saving_forward(e: &CudaEngine, (heads, head_dim, mask): (usize, usize, MaskKind), ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> Res {
     let ([q, k, v], [out, lse]) = (three(ins)?, two(outs)?);
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let scale = score_scale(None, head_dim);
     let (args, batch) = geometry(heads, [q.dims, k.dims, v.dims, out.dims], heads, mask, scale, 0.0);
-    let dnn = e.cudnn().ok_or("a saving attention forward runs only through cuDNN, which is not loaded")?;
-    let shape = fused_shape(false, q.dtype, &args, batch, vec![args.q, args.k, args.v, args.o]).filter(|_| aligned(&[q, k, v, out, lse]));
-    let shape = shape.ok_or_else(|| format!("cuDNN does not take the saving attention forward over q {:?}", q.dims))?;
-    let scratch = DevMem::uninit(&e.gpu, dnn.workspace(&shape)?).map_err(|err| err.to_string())?;
-    let ptrs: Vec<_> = [q, k, v, out].iter().map(|a| a.buf.at(a.offset)).collect();
-    dnn.launch(&shape, &cudnn::Run { ptrs: &ptrs, stats: lse.buf.at(lse.offset), scale: args.scale }, scratch.at(0), [0, 0])
+    if !fused_forward(e, &args, batch, &[q, k, v, out], Some(lse))? {
+        return Err(format!("cuDNN does not take the saving attention forward over q {:?} (or is not loaded)", q.dims));
+    }
+    Ok(())
 }
 
 /// The backward of a saved pair: `(q, k, v, dy, o, lse)` into `(dq, dk, dv)`.
@@ -400,7 +403,7 @@ pub fn saved_backward(e: &CudaEngine, (heads, head_dim, mask): (usize, usize, Ma
         return Err(format!("a saved attention backward takes q, k, v, dy, o and lse, not {} operands", ins.len()));
     };
     let [dq, dk, dv] = three(outs)?;
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let scale = score_scale(None, head_dim);
     let (args, batch) = geometry(heads, [q.dims, k.dims, v.dims, dy.dims], heads, mask, scale, 0.0);
     let saved = Saved::Kept { o: (o.buf.at(o.offset), layout(o.dims, heads).0), lse: lse.buf.at(lse.offset) };
     if !aligned(&[*o, *lse]) || !fused_backward(e, q.dtype, &args, batch, [*q, *k, *v, *dy], [Some(dq), Some(dk), Some(dv)], saved)? {

@@ -88,7 +88,7 @@ pub fn attention(e: &CudaEngine, op: &Op, a: &Attention, ins: &[Arg<'_, DevMem>]
         params.extend([qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], os[0], os[1], mask[0], mask[1], mask[2]].map(Param::I64));
         params.extend([heads, (heads / kv).max(1), s_k, d, chunk].map(|x| Param::I64(x as i64)));
         params.extend([
-            Param::F32(a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from) as f32),
+            Param::F32(crate::attention::score_scale(a.score_scale, a.head_dim)),
             Param::F32(a.attn_logit_softcap.unwrap_or(0.0)),
             Param::Ptr(s.partial.ptr),
             Param::Ptr(s.count.ptr),

@@ -64,10 +64,10 @@ fn lse_type(q: &TensorType, heads: usize) -> TensorType {
 }
 
 /// `graph` with each attention pair cuDNN takes rewritten (shapes static; the plans are built
-/// now, outside any CUDA-graph capture); `None` where there is none.
+/// now, outside any CUDA-graph capture); `None` where there is none. cuDNN opens only for a
+/// graph that has a pair to ask about.
 pub(crate) fn rewrite_for(graph: &Graph, engine: &CudaEngine) -> Option<Graph> {
-    let dnn = engine.cudnn()?;
-    rewrite(graph, |fwd, bwd| dnn.takes(fwd) && dnn.takes(bwd))
+    rewrite(graph, |fwd, bwd| engine.cudnn().is_some_and(|dnn| dnn.takes(fwd) && dnn.takes(bwd)))
 }
 
 /// `graph` with each attention pair of static shapes whose cuDNN plans `takes` rewritten.
