@@ -10,7 +10,7 @@ use crate::launch::{broadcast, contiguous, elementwise, tiled, Param, Walk};
 use crate::memory::DevMem;
 use crate::report::Reports;
 use crate::source::rows::{Norm, Scan};
-use crate::{attention, decode, fuse, kv, matmul, quant, reduce, rows, saved, source};
+use crate::{attention, decode, fuse, kv, matmul, products, quant, reduce, rows, saved, source};
 use cudarc::driver::{result as cu, sys};
 use rlx_ir::{DType, Op};
 use rlx_runtime::layout::moves;
@@ -56,7 +56,7 @@ impl CudaEngine {
     }
 
     /// An elementwise op from its operands (broadcast to the output) into `out`.
-    fn map(&self, source: Option<source::Source>, op: &Op, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> std::result::Result<(), String> {
+    pub(crate) fn map(&self, source: Option<source::Source>, op: &Op, ins: &[Arg<'_, DevMem>], out: Arg<'_, DevMem>) -> std::result::Result<(), String> {
         let dtypes: Vec<DType> = ins.iter().map(|a| a.dtype).collect();
         let f = self.kernel(source, op, &dtypes)?;
         let mut strides = Vec::with_capacity(ins.len());
@@ -223,6 +223,7 @@ impl CudaEngine {
             Op::Attention(a) => decode::attention(self, op, a, ins, out).unwrap_or_else(|| attention::attention(self, op, a, ins, out)),
             Op::Custom(c) if c.name == saved::FORWARD => attention::saving_forward(self, saved::parse(c)?, ins, outs),
             Op::Custom(c) if c.name == saved::BACKWARD => attention::saved_backward(self, saved::parse(c)?, ins, outs),
+            Op::Custom(c) if c.name == products::NAME => products::run(self, op, c, ins, outs),
             Op::AttentionBackward(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, Some(a.wrt as usize), ins, outs),
             Op::AttentionBackwardAll(a) => attention::backward(self, op, a.num_heads, a.head_dim, a.mask_kind, None, ins, outs),
             Op::KvAppend(a) => kv::append(self, op, a, ins, out),

@@ -18,6 +18,7 @@ mod launch;
 mod lt;
 mod matmul;
 mod memory;
+mod products;
 mod ptx_cache;
 mod quant;
 mod reduce;
@@ -34,7 +35,7 @@ pub use gpu::Gpu;
 pub use kernels::compile;
 pub use memory::{DevMem, Usage};
 
-use rlx_ir::Graph;
+use rlx_ir::{Graph, Op};
 use rlx_opt::claims::input_dtypes;
 use rlx_opt::Claims;
 use rlx_runtime::{Backend, Device, Executable, Executor, Result};
@@ -89,8 +90,15 @@ impl Backend for CudaBackend {
         gpu.bind()?;
         let saving = saved::rewrite_for(graph, &self.engine);
         let graph = saving.as_ref().unwrap_or(graph);
+        let fused = if std::env::var("RLX_CUDA_PRODUCTS").is_ok_and(|v| v == "0") { None } else { products::rewrite(graph) };
+        let graph = fused.as_ref().unwrap_or(graph);
         for node in graph.nodes() {
-            if let Some(sources) = source::for_node(&node.op, &input_dtypes(graph, node)) {
+            let dtypes = input_dtypes(graph, node);
+            let sources = match &node.op {
+                Op::Custom(c) => products::sources(c, &dtypes),
+                op => source::for_node(op, &dtypes),
+            };
+            if let Some(sources) = sources {
                 for s in &sources {
                     gpu.kernels.function(gpu, s)?;
                 }

@@ -16,9 +16,9 @@ use crate::stage::Staging;
 use crate::memory::DevMem;
 use crate::rows::ptr;
 use crate::source::matmul::{self as src, TILE};
-use cudarc::cublas::{result as blas, sys};
+use cudarc::driver::sys::{self, CUdevice_attribute};
+use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::result as cu;
-use cudarc::driver::sys::CUdevice_attribute;
 use rlx_ir::ops::elementwise::ActivationKind;
 use rlx_ir::ops::matmul::DotGeneral;
 use rlx_ir::{DType, Op};
@@ -53,38 +53,61 @@ impl Split {
     }
 }
 
-/// `out [m, n] = a [m, k] · b [k, n]` through the GEMV kernel, or `None` where it does not
-/// apply (not f16/bf16, more than [`GEMV_ROWS`] rows, a batch, `n` not a multiple of 8 or
-/// a weight not 16-byte aligned). Splits K so that about four blocks per multiprocessor run.
+/// One product of a few-row launch: its weight `[K, n]`, output `[M, n]` and, unless 0, the
+/// residual `[M, n]` added to it.
+#[derive(Clone, Copy)]
+pub(crate) struct Product {
+    pub w: u64,
+    pub out: u64,
+    pub residual: u64,
+    pub n: usize,
+}
+
+/// Whether the few-row kernel takes products of these widths over `m` rows `k` deep: at most
+/// [`GEMV_ROWS`] rows and [`src::GROUP`] products, widths multiples of 8, weights 16-byte
+/// aligned, and either the split-K scratch holds the sums or one block's rows fit its stage.
+pub(crate) fn few_rows_take(m: usize, k: usize, products: &[Product]) -> bool {
+    let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
+    (1..=GEMV_ROWS).contains(&m)
+        && (1..=src::GROUP).contains(&products.len())
+        && products.iter().all(|p| p.n % 8 == 0 && p.n > 0 && p.w % 16 == 0)
+        && (m * width <= PARTIAL && m * tiles <= COUNTS || k <= src::STAGE)
+}
+
+/// Launches the few-row kernel `f` ([`src::products`]) over `products` (which
+/// [`few_rows_take`] takes) of `m` rows `k` deep, its prologue reading `ins`. Splits K so that
+/// about four blocks per multiprocessor run, each staging at most [`src::STAGE`] rows.
+pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f32, products: &[Product], (m, k): (usize, usize)) -> Result<(), String> {
+    let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
+    let s = &e.split;
+    let mut splits = (4 * s.sms).div_ceil(tiles * m).clamp(k.div_ceil(src::STAGE), k.div_ceil(32).max(1));
+    if m * width > PARTIAL || m * tiles > COUNTS {
+        splits = 1;
+    }
+    let rows = k.div_ceil(splits).next_multiple_of(8).min(k.max(1));
+    let splits = k.div_ceil(rows).max(1);
+    let mut params: Vec<Param> = ins.iter().map(|&p| Param::Ptr(p)).collect();
+    params.push(Param::F32(eps));
+    let mut end = 0;
+    for j in 0..src::GROUP {
+        let p = products.get(j).copied().unwrap_or(Product { w: 0, out: 0, residual: 0, n: 0 });
+        end += p.n.div_ceil(TILE);
+        params.extend([Param::Ptr(p.out), Param::Ptr(p.w), Param::Ptr(p.residual), Param::I64(p.n as i64), Param::I64(end as i64)]);
+    }
+    params.extend([Param::I64(k as i64), Param::I64(rows as i64), Param::Ptr(s.partial.ptr), Param::Ptr(s.count.ptr)]);
+    launch::grid(&e.gpu, f, (crate::rows::extent(tiles)?, splits as u32, m as u32), (256, 1, 1), (rows * 4) as u32, &mut params)
+}
+
+/// `out [m, n] = a [m, k] · b [k, n]` through the few-row kernel, or `None` where it does not
+/// apply (not f16/bf16, a batch, or a product [`few_rows_take`] refuses).
 fn gemv(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>, (m, n, k): (usize, usize, usize)) -> Option<Result<(), String>> {
     let single = numel(out.dims) == m * n && numel(b.dims) == k * n;
-    let pb = b.buf.at(b.offset);
-    if !single || m > GEMV_ROWS || n % 8 != 0 || pb % 16 != 0 {
+    let product = Product { w: b.buf.at(b.offset), out: out.buf.at(out.offset), residual: 0, n };
+    if !single || !few_rows_take(m, k, &[product]) {
         return None;
     }
-    let source = src::gemv(out.dtype)?;
-    Some((|| {
-        let f = e.gpu.kernels.function(&e.gpu, &source).map_err(|err| err.to_string())?;
-        let tiles = n.div_ceil(TILE);
-        let s = &e.split;
-        let mut splits = (4 * s.sms).div_ceil(tiles * m).clamp(1, k.div_ceil(32).max(1));
-        if m * n > PARTIAL || m * tiles > COUNTS {
-            splits = 1;
-        }
-        let rows = k.div_ceil(splits).next_multiple_of(8);
-        let splits = k.div_ceil(rows).max(1);
-        let mut params = vec![
-            Param::Ptr(out.buf.at(out.offset)),
-            Param::Ptr(a.buf.at(a.offset)),
-            Param::Ptr(pb),
-            Param::I64(k as i64),
-            Param::I64(n as i64),
-            Param::I64(rows as i64),
-            Param::Ptr(s.partial.ptr),
-            Param::Ptr(s.count.ptr),
-        ];
-        launch::grid(&e.gpu, f, (crate::rows::extent(tiles)?, splits as u32, m as u32), (256, 1, 1), 0, &mut params)
-    })())
+    let source = src::products(out.dtype, src::Prologue::Plain)?;
+    Some(e.gpu.kernels.function(&e.gpu, &source).map_err(|err| err.to_string()).and_then(|f| few_rows(e, f, [a.buf.at(a.offset), 0, 0, 0], 0.0, &[product], (m, k))))
 }
 
 /// The dtypes the products take.
@@ -129,8 +152,8 @@ fn product(e: &CudaEngine, op: &Op, dtype: DType, [m, n, k, count]: [usize; 4], 
         return gpu.lt.matmul(gpu, problem, (a.ptr, b.ptr, c, 0), gpu.workspace, BLAS_WORKSPACE, false).map_err(|e| e.to_string());
     }
     let (data, compute) = match dtype {
-        DType::F32 => (sys::cudaDataType_t::CUDA_R_32F, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC),
-        DType::F64 => (sys::cudaDataType_t::CUDA_R_64F, sys::cublasComputeType_t::CUBLAS_COMPUTE_64F),
+        DType::F32 => (blas_sys::cudaDataType_t::CUDA_R_32F, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC),
+        DType::F64 => (blas_sys::cudaDataType_t::CUDA_R_64F, blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_64F),
         d => return Err(format!("no CUDA product over {d}")),
     };
     let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
@@ -138,7 +161,7 @@ fn product(e: &CudaEngine, op: &Op, dtype: DType, [m, n, k, count]: [usize; 4], 
         DType::F64 => (&one64 as *const f64 as _, &zero64 as *const f64 as _),
         _ => (&one32 as *const f32 as _, &zero32 as *const f32 as _),
     };
-    let op = |trans: bool| if trans { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
+    let op = |trans: bool| if trans { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N };
     // Column-major `cᵀ = op(b)ᵀ · op(a)ᵀ`; each operand's leading dimension is its stored row.
     let (lda, ldb) = (if a.trans { m } else { k }, if b.trans { k } else { n });
     // SAFETY: the pointers address `count` matrices of these sizes inside the operands'
@@ -167,7 +190,7 @@ fn product(e: &CudaEngine, op: &Op, dtype: DType, [m, n, k, count]: [usize; 4], 
             (m * n) as i64,
             count as i32,
             compute,
-            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
     .map_err(|e| format!("cuBLAS product: {e:?}"))

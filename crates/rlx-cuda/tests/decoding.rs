@@ -33,14 +33,22 @@ fn blocks(t: GgufType, count: usize, seed: u64) -> Vec<u8> {
 #[test]
 fn decode_kernels_compile_for_sm_90() {
     use rlx_cuda::source::{decode, matmul, quant};
-    let mut sources: Vec<_> = [DType::BF16, DType::F16].into_iter().filter_map(matmul::gemv).collect();
+    use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
+    use rlx_ir::ops::fused::{ChainStep, ElementwiseRegion, Operand, RegionPrologue, MAX_REGION_INPUTS};
+    let chain = vec![ChainStep::Activation(ActivationKind::Silu, Operand::Input(0)), ChainStep::Binary(BinaryOp::Mul, Operand::Step(0), Operand::Input(1))];
+    let swiglu = ElementwiseRegion { chain, num_inputs: 2, scalar_input_mask: 0, input_modulus: [0; MAX_REGION_INPUTS], prologue: RegionPrologue::None, prologue_input: 0 };
+    let mut sources = Vec::new();
+    for d in [DType::BF16, DType::F16] {
+        let dtypes = [d, d];
+        sources.extend([matmul::Prologue::Plain, matmul::Prologue::Rms, matmul::Prologue::Region(&swiglu, &dtypes)].into_iter().filter_map(|p| matmul::products(d, p)));
+    }
     for t in [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0] {
         sources.extend([Activations::Exact, Activations::Q8Blocks].into_iter().filter_map(|a| quant::dequant_matmul(t, a)));
     }
     for d in [DType::F32, DType::F16, DType::BF16] {
         sources.extend([None, Some(DType::F32), Some(d)].into_iter().filter_map(|bias| decode::attention(d, bias)));
     }
-    assert_eq!(sources.len(), 2 + 6 + 9);
+    assert_eq!(sources.len(), 6 + 6 + 9);
     for s in &sources {
         match rlx_cuda::compile(&s.code, "sm_90") {
             Err(e) if e.contains("not installed") => return eprintln!("skipped: {e}"),
@@ -86,6 +94,54 @@ fn few_row_half_precision_products_agree_with_the_cpu() {
                 ("a", Tensor::from_vec(uniform(m * k, (k + n) as u64, -1.0, 1.0), &[m, k]).unwrap()),
                 ("b", Tensor::from_vec(uniform(k * n, (m + n) as u64, -1.0, 1.0), &[k, n]).unwrap()),
             ];
+            agree(&gpu, &g, &inputs, Tol::norm(2e-2), true);
+        }
+    }
+}
+
+/// A decoder layer's products over a symbolic row count, fused at compile (RMSNorm into Q, K
+/// and V; the residual into the output product; SiLU(gate)·up into the down product): one
+/// launch each for 1 and 3 rows, the pieces one after another for 6.
+#[test]
+fn fused_decoder_products_agree_with_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
+    let (d, ff) = (256, 512);
+    for dtype in [DType::BF16, DType::F16] {
+        for m in [1, 3, 6] {
+            let mut g = Graph::new();
+            let cast = |g: &mut Graph, x| g.cast(x, dtype).unwrap();
+            let input = |g: &mut Graph, name: &str, dims: &[usize]| {
+                let x = g.input(name, TensorType::new(DType::F32, Shape::of(dims)));
+                cast(g, x)
+            };
+            // Rows of a symbolic count, as decoding's: the fused op decides at run time.
+            let x = g.input("x", TensorType::new(DType::F32, Shape::new(vec![rlx_ir::Dim::sym("S"), rlx_ir::Dim::Static(d)])));
+            let x = cast(&mut g, x);
+            let (gamma, beta) = (input(&mut g, "gamma", &[d]), input(&mut g, "beta", &[d]));
+            let w: Vec<_> = [("wq", d, d), ("wk", d, 136), ("wv", d, 136), ("wo", d, d), ("wg", d, ff), ("wu", d, ff), ("wd", ff, d)].iter().map(|&(n, k, c)| input(&mut g, n, &[k, c])).collect();
+            let a = g.rms_norm(x, gamma, beta, -1, 1e-5).unwrap();
+            let (q, k, v) = (g.matmul(a, w[0]).unwrap(), g.matmul(a, w[1]).unwrap(), g.matmul(a, w[2]).unwrap());
+            let o = g.matmul(q, w[3]).unwrap();
+            let x = g.binary(BinaryOp::Add, x, o).unwrap();
+            let f = g.rms_norm(x, gamma, beta, -1, 1e-5).unwrap();
+            let (gate, up) = (g.matmul(f, w[4]).unwrap(), g.matmul(f, w[5]).unwrap());
+            let gate = g.activation(ActivationKind::Silu, gate).unwrap();
+            let h = g.binary(BinaryOp::Mul, gate, up).unwrap();
+            let down = g.matmul(h, w[6]).unwrap();
+            let y = g.binary(BinaryOp::Add, down, x).unwrap();
+            let outs = [y, k, v].map(|t| g.cast(t, DType::F32).unwrap());
+            g.set_outputs(outs.to_vec()).unwrap();
+            let shapes = [("x", vec![m, d]), ("gamma", vec![d]), ("beta", vec![d]), ("wq", vec![d, d]), ("wk", vec![d, 136]), ("wv", vec![d, 136]), ("wo", vec![d, d]), ("wg", vec![d, ff]), ("wu", vec![d, ff]), ("wd", vec![ff, d])];
+            let inputs: Vec<(&str, Tensor)> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, (n, dims))| {
+                    let scale = if dims.len() == 2 && *n != "x" { 1.0 / (dims[0] as f32).sqrt() } else { 1.0 };
+                    let values = uniform(dims.iter().product(), 40 + i as u64, -scale, scale);
+                    (*n, Tensor::from_vec(values, dims).unwrap())
+                })
+                .collect();
             agree(&gpu, &g, &inputs, Tol::norm(2e-2), true);
         }
     }

@@ -11,29 +11,25 @@ use rlx_ir::DType;
 /// at `g`), in 32-bit arithmetic while the output has fewer than 2³² elements.
 const AT: &str = "__device__ __forceinline__ i64 at(i64 g, i64 m, bool narrow) { return m == 0 ? g : narrow ? (i64)((u32)g % (u32)m) : g % m; }\n";
 
-/// The kernel of region `r` over inputs of `dtypes`, or `None` for a prologue, a dtype the
+/// A region's chain as CUDA C: device functions (`defs`), then statements (`body`) that read
+/// `x0, x1, …` (the inputs, in their compute types) and compute `s0, s1, …`, each rounded to
+/// its step's dtype; `out` is the last step's, held in `s{last}`.
+pub(crate) struct Chain {
+    pub defs: String,
+    pub body: String,
+    pub out: DType,
+    pub last: usize,
+}
+
+/// The chain of region `r` over inputs of `dtypes`, or `None` for a prologue, a dtype the
 /// elementwise kernels do not take, or a step without a standalone kernel for its dtypes.
-///
-/// `k(out, in0, …, n, m0, …)`: `n` output elements, `mᵢ` input `i`'s `input_modulus`.
-pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
+pub(crate) fn chain(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Chain> {
     if r.prologue != RegionPrologue::None || dtypes.len() != r.num_inputs as usize {
         return None;
     }
     let steps = chain_dtypes(&r.chain, dtypes).ok()?;
-    let ins: Vec<CType> = dtypes.iter().map(|&d| ctype(d)).collect::<Option<_>>()?;
-    let mut defs = String::from(AT);
-    let mut params = format!("{}* __restrict__ out", ctype(*steps.last()?)?.store);
-    let (mut held, mut loads, mut body) = (String::new(), String::new(), String::new());
-    for (i, c) in ins.iter().enumerate() {
-        params += &format!(", const {}* __restrict__ in{i}", c.store);
-    }
-    params += ", i64 n";
-    for (i, c) in ins.iter().enumerate() {
-        params += &format!(", i64 m{i}");
-        held += &format!("        {} x{i}_[UNROLL];\n", c.compute);
-        loads += &format!(" x{i}_[u] = {};", c.load(&format!("in{i}[at(g, m{i}, narrow)]")));
-        body += &format!("            const {} x{i} = x{i}_[u];\n", c.compute);
-    }
+    dtypes.iter().try_for_each(|&d| ctype(d).map(|_| ()))?;
+    let (mut defs, mut body) = (String::new(), String::new());
     let name = |o: &Operand| match *o {
         Operand::Input(i) => format!("x{i}"),
         Operand::Step(j) => format!("s{j}"),
@@ -65,10 +61,32 @@ pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
         };
         body += &format!("            {} s{j}; {{ {bind}s{j} = {value}; }}\n", oc.compute);
     }
-    let last = steps.len() - 1;
-    let store = ctype(steps[last])?.store(&format!("s{last}"));
+    Some(Chain { defs, body, out: *steps.last()?, last: steps.len() - 1 })
+}
+
+/// The kernel of region `r` over inputs of `dtypes`, or `None` where [`chain`] has none.
+///
+/// `k(out, in0, …, n, m0, …)`: `n` output elements, `mᵢ` input `i`'s `input_modulus`.
+pub fn region(r: &ElementwiseRegion, dtypes: &[DType]) -> Option<Source> {
+    let chain = chain(r, dtypes)?;
+    let ins: Vec<CType> = dtypes.iter().map(|&d| ctype(d)).collect::<Option<_>>()?;
+    let mut params = format!("{}* __restrict__ out", ctype(chain.out)?.store);
+    let (mut held, mut loads, mut body) = (String::new(), String::new(), String::new());
+    for (i, c) in ins.iter().enumerate() {
+        params += &format!(", const {}* __restrict__ in{i}", c.store);
+    }
+    params += ", i64 n";
+    for (i, c) in ins.iter().enumerate() {
+        params += &format!(", i64 m{i}");
+        held += &format!("        {} x{i}_[UNROLL];\n", c.compute);
+        loads += &format!(" x{i}_[u] = {};", c.load(&format!("in{i}[at(g, m{i}, narrow)]")));
+        body += &format!("            const {} x{i} = x{i}_[u];\n", c.compute);
+    }
+    body += &chain.body;
+    let store = ctype(chain.out)?.store(&format!("s{}", chain.last));
     let code = format!(
-        "{PRELUDE}{defs}extern \"C\" __global__ void k({params}) {{\n    CHAIN();\n    const bool narrow = n <= 0xffffffffll;\n    TILES(t, n) {{\n{held}        LANES(u, g, t, n) {{{loads} }}\n        LANES(u, g, t, n) {{\n{body}            out[g] = {store};\n        }}\n    }}\n}}\n"
+        "{PRELUDE}{AT}{defs}extern \"C\" __global__ void k({params}) {{\n    CHAIN();\n    const bool narrow = n <= 0xffffffffll;\n    TILES(t, n) {{\n{held}        LANES(u, g, t, n) {{{loads} }}\n        LANES(u, g, t, n) {{\n{body}            out[g] = {store};\n        }}\n    }}\n}}\n",
+        defs = chain.defs
     );
     Some(Source { name: "elementwise region", code })
 }

@@ -1,9 +1,10 @@
-//! The few-row product of f16 / bf16 activations with a row-major `[K, N]` weight (decode's
-//! GEMV), which cuBLAS serves poorly at one row: see [`gemv`]; and the epilogue that adds a
+//! The few-row products of f16 / bf16 activations with row-major `[K, N]` weights (decode's
+//! GEMV), which cuBLAS serves poorly at one row: see [`products`]; and the epilogue that adds a
 //! bias and applies an activation where cuBLASLt's own do not: see [`bias_act`].
 
 use super::{ctype, Source, PRELUDE};
 use rlx_ir::ops::elementwise::ActivationKind;
+use rlx_ir::ops::fused::ElementwiseRegion;
 use rlx_ir::DType;
 
 /// Columns per block: 32 lanes of 8 columns each (one 16-byte load per lane and weight row).
@@ -11,14 +12,39 @@ pub const TILE: usize = 256;
 /// Warps per block, each summing every eighth weight row of the block's rows.
 pub const WARPS: usize = 8;
 
-/// `out [M, N] = x [M, K] · w [K, N]` in f16 or bf16 with f32 sums, for `N` a multiple of 8
-/// and `w` 16-byte aligned. Grid `(⌈N/256⌉, splits, M)`, 256 threads: block `(t, s, m)`
-/// sums weight rows `s·rows .. (s + 1)·rows` of columns `256·t ..` for row `m` of `x`, warp
-/// `j` taking rows `j, j + 8, …` with four loads in flight. With one split the block writes
-/// the output; with more each block adds its f32 sums into `partial [M, N]` and counts
-/// itself in `count [M, ⌈N/256⌉]`, and the tile's last block converts the total, then
-/// leaves both zeroed for the next launch.
-pub fn gemv(d: DType) -> Option<Source> {
+/// The most products one few-row launch computes.
+pub const GROUP: usize = 3;
+/// The most rows of K one block of the few-row products takes (its share of `x`, prepared by
+/// the prologue, is staged in shared memory as f32).
+pub const STAGE: usize = 4096;
+
+/// What the few-row products multiply: `x` as it is, RMSNorm of its rows, or an elementwise
+/// region of inputs shaped as `x` — computed as each block stages its share of the rows.
+#[derive(Clone, Copy)]
+pub enum Prologue<'a> {
+    Plain,
+    /// `x·r·γ + β` with `r = 1/√(mean(x²) + eps)` over each row, rounded to the dtype as the
+    /// norm's own output would be.
+    Rms,
+    /// A region over inputs of these dtypes, each read element for element.
+    Region(&'a ElementwiseRegion, &'a [DType]),
+}
+
+/// Up to [`GROUP`] products `out_j [M, N_j] = p(x) [M, K] · w_j [K, N_j] (+ r_j)` in f16 or
+/// bf16 with f32 sums, sharing one row-wise prologue `p` of `x`, each `N_j` a multiple of 8
+/// and each `w_j` 16-byte aligned: decode's GEMV, which cuBLAS serves poorly at one row.
+///
+/// `k(in0, in1, in2, in3, eps, [out_j, w_j, r_j, N_j, end_j] × 3, K, rows, partial, count)`;
+/// grid `(end_2, splits, M)`, 256 threads, `rows·4` bytes of dynamic shared memory. The
+/// prologue reads `in0..` (`x` for `Plain`; `x, γ, β` for `Rms`; the region's inputs). The
+/// blocks `end_{j-1} .. end_j` (tiles of 256 columns) belong to product `j`; a null `r_j`
+/// adds no residual. Block `(t, s, m)` stages rows `s·rows .. (s + 1)·rows` of `p(x)` for row
+/// `m`, then sums them against its tile's weight columns, warp `i` taking weight rows `i,
+/// i + 8, …` with four loads in flight. With one split the block writes the output; with more
+/// each block adds its f32 sums into `partial [M, ΣN_j]` and counts itself in `count [M,
+/// end_2]`, and the tile's last block writes the total, then leaves both zeroed for the next
+/// launch.
+pub fn products(d: DType, prologue: Prologue<'_>) -> Option<Source> {
     if !matches!(d, DType::F16 | DType::BF16) {
         return None;
     }
@@ -28,44 +54,101 @@ pub fn gemv(d: DType) -> Option<Source> {
         DType::BF16 => "__uint_as_float(h << 16)",
         _ => "f16_load((u16)h)",
     };
+    let x = |i: &str| format!("{load}(in0[m * K + {i}])");
+    let (ins, defs, stats, stage) = match prologue {
+        Prologue::Plain => (["u16"; 4], String::new(), String::new(), x("k0 + i")),
+        Prologue::Rms => {
+            let stats = format!(
+                "    float sq = 0;
+    for (i64 i = threadIdx.x; i < K; i += 256) {{ const float v = {x}; sq += v * v; }}
+    const float inv = 1.0f / sqrtf(block_sum(sq, red[0]) / (float)K + eps);
+",
+                x = x("i")
+            );
+            (["u16"; 4], String::new(), stats, format!("{load}({store}(({x} * inv) * {load}(in1[k0 + i]) + {load}(in2[k0 + i])))", x = x("k0 + i")))
+        }
+        Prologue::Region(r, dtypes) => {
+            let chain = super::fused::chain(r, dtypes).filter(|ch| ch.out == d && dtypes.len() <= 4)?;
+            let mut ins = ["u16"; 4];
+            let mut reads = String::new();
+            for (i, &t) in dtypes.iter().enumerate() {
+                let ct = ctype(t)?;
+                ins[i] = ct.store;
+                reads += &format!("    const {} x{i} = {};\n", ct.compute, ct.load(&format!("in{i}[g]")));
+            }
+            let defs = format!(
+                "{defs}__device__ __forceinline__ float pro({params}, i64 g) {{\n{reads}{body}    return (float)s{last};\n}}\n",
+                defs = chain.defs,
+                params = ins.iter().enumerate().map(|(i, t)| format!("const {t}* __restrict__ in{i}")).collect::<Vec<_>>().join(", "),
+                body = chain.body,
+                last = chain.last,
+            );
+            (ins, defs, String::new(), "pro(in0, in1, in2, in3, m * K + k0 + i)".to_string())
+        }
+    };
+    let finish = |v: &str| format!("(r ? {store}({load}(r[m * N + c]) + {load}({store}({v}))) : {store}({v}))");
     let code = format!(
-        r#"{PRELUDE}__device__ __forceinline__ float lo(u32 v) {{ u32 h = v & 0xffffu; return {unpack}; }}
+        r#"{PRELUDE}{defs}__device__ __forceinline__ float lo(u32 v) {{ u32 h = v & 0xffffu; return {unpack}; }}
 __device__ __forceinline__ float hi(u32 v) {{ u32 h = v >> 16; return {unpack}; }}
 __device__ __forceinline__ void fma8(float* acc, uint4 w, float x) {{
     acc[0] += x * lo(w.x); acc[1] += x * hi(w.x); acc[2] += x * lo(w.y); acc[3] += x * hi(w.y);
     acc[4] += x * lo(w.z); acc[5] += x * hi(w.z); acc[6] += x * lo(w.w); acc[7] += x * hi(w.w);
 }}
-extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const u16* __restrict__ x, const u16* __restrict__ w, i64 K, i64 N, i64 rows, float* partial, unsigned* count) {{
+/* The block's sum of v (every thread gets it); `red` holds a value per warp. */
+__device__ __forceinline__ float block_sum(float v, float* red) {{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0;
+    for (int i = 0; i < {WARPS}; ++i) s += red[i];
+    __syncthreads();
+    return s;
+}}
+extern "C" __global__ void __launch_bounds__(256) k(const {i0}* __restrict__ in0, const {i1}* __restrict__ in1, const {i2}* __restrict__ in2, const {i3}* __restrict__ in3, float eps,
+        u16* out0, const u16* __restrict__ w0, const u16* r0, i64 n0, i64 end0,
+        u16* out1, const u16* __restrict__ w1, const u16* r1, i64 n1, i64 end1,
+        u16* out2, const u16* __restrict__ w2, const u16* r2, i64 n2, i64 end2,
+        i64 K, i64 rows, float* partial, unsigned* count) {{
     CHAIN();
+    extern __shared__ float xs[];
     __shared__ float red[{WARPS}][{TILE}];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const i64 m = blockIdx.z, col = ((i64)blockIdx.x * 32 + lane) * 8;
+    const i64 t = blockIdx.x, m = blockIdx.z;
+    const int j = t < end0 ? 0 : t < end1 ? 1 : 2;
+    u16* out = j == 0 ? out0 : j == 1 ? out1 : out2;
+    const u16* __restrict__ w = j == 0 ? w0 : j == 1 ? w1 : w2;
+    const u16* r = j == 0 ? r0 : j == 1 ? r1 : r2;
+    const i64 N = j == 0 ? n0 : j == 1 ? n1 : n2;
+    const i64 tile = t - (j == 0 ? 0 : j == 1 ? end0 : end1), before = j == 0 ? 0 : j == 1 ? n0 : n0 + n1;
+    const i64 col = (tile * 32 + lane) * 8;
     const i64 k0 = (i64)blockIdx.y * rows, k1 = min(K, k0 + rows);
-    const u16* xr = x + m * K;
+{stats}    for (i64 i = threadIdx.x; k0 + i < k1; i += 256) xs[i] = {stage};
+    __syncthreads();
     float acc[8] = {{0, 0, 0, 0, 0, 0, 0, 0}};
     if (col < N) {{
-        i64 r = k0 + warp;
-        for (; r + 24 < k1; r += 32) {{
-            uint4 a = __ldg((const uint4*)(w + r * N + col));
-            uint4 b = __ldg((const uint4*)(w + (r + 8) * N + col));
-            uint4 c = __ldg((const uint4*)(w + (r + 16) * N + col));
-            uint4 e = __ldg((const uint4*)(w + (r + 24) * N + col));
-            fma8(acc, a, {load}(xr[r])); fma8(acc, b, {load}(xr[r + 8]));
-            fma8(acc, c, {load}(xr[r + 16])); fma8(acc, e, {load}(xr[r + 24]));
+        i64 q = k0 + warp;
+        for (; q + 24 < k1; q += 32) {{
+            uint4 a = __ldg((const uint4*)(w + q * N + col));
+            uint4 b = __ldg((const uint4*)(w + (q + 8) * N + col));
+            uint4 c = __ldg((const uint4*)(w + (q + 16) * N + col));
+            uint4 e = __ldg((const uint4*)(w + (q + 24) * N + col));
+            fma8(acc, a, xs[q - k0]); fma8(acc, b, xs[q + 8 - k0]);
+            fma8(acc, c, xs[q + 16 - k0]); fma8(acc, e, xs[q + 24 - k0]);
         }}
-        for (; r < k1; r += 8) fma8(acc, __ldg((const uint4*)(w + r * N + col)), {load}(xr[r]));
+        for (; q < k1; q += 8) fma8(acc, __ldg((const uint4*)(w + q * N + col)), xs[q - k0]);
     }}
-    for (int j = 0; j < 8; ++j) red[warp][lane * 8 + j] = acc[j];
+    for (int e = 0; e < 8; ++e) red[warp][lane * 8 + e] = acc[e];
     __syncthreads();
     float s = 0;
-    for (int j = 0; j < {WARPS}; ++j) s += red[j][threadIdx.x];
-    const i64 c = (i64)blockIdx.x * {TILE} + threadIdx.x;
+    for (int i = 0; i < {WARPS}; ++i) s += red[i][threadIdx.x];
+    const i64 c = tile * {TILE} + threadIdx.x;
     if (gridDim.y == 1) {{
-        if (c < N) out[m * N + c] = {store}(s);
+        if (c < N) out[m * N + c] = {done_s};
         return;
     }}
-    if (c < N) atomicAdd(partial + m * N + c, s);
+    float* part = partial + m * (n0 + n1 + n2) + before;
+    if (c < N) atomicAdd(part + c, s);
     __threadfence();
     __syncthreads();
     unsigned* ticket = count + m * gridDim.x + blockIdx.x;
@@ -73,14 +156,20 @@ extern "C" __global__ void __launch_bounds__(256) k(u16* __restrict__ out, const
     __syncthreads();
     if (!last) return;
     if (c < N) {{
-        out[m * N + c] = {store}(__ldcg(partial + m * N + c));
-        partial[m * N + c] = 0;
+        out[m * N + c] = {done_part};
+        part[c] = 0;
     }}
     if (threadIdx.x == 0) *ticket = 0;
 }}
-"#
+"#,
+        i0 = ins[0],
+        i1 = ins[1],
+        i2 = ins[2],
+        i3 = ins[3],
+        done_s = finish("s"),
+        done_part = finish("__ldcg(part + c)"),
     );
-    Some(Source { name: "gemv", code })
+    Some(Source { name: "few-row products", code })
 }
 
 /// `y = act(y [+ bias[column]])` in place over `y [rows, n]` of f16 / bf16, in f32 with one

@@ -432,14 +432,14 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::Gather(_) => supported(d(0)?).then(|| Some(vec![gather(d(0)?.size(), d(1)?)?, gather_rows(d(1)?)?])).flatten(),
         Op::GatherBackward(_) => gather_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Reduce(r) => reduce::all(r.op, d(0)?),
-        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::gemv(dtypes[0]).into_iter().chain(matmul::staging(dtypes[0])).collect()),
+        Op::MatMul(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| matmul::products(dtypes[0], matmul::Prologue::Plain).into_iter().chain(matmul::staging(dtypes[0])).collect()),
         Op::DotGeneral(_) => (crate::matmul::supported(d(0)?) && d(1)? == d(0)?).then(|| copy(dtypes[0].size()).into_iter().chain(matmul::staging(dtypes[0])).collect()),
         Op::FusedMatMulBiasAct(f) => {
             let t = d(0)?;
             if dtypes != [t; 3] {
                 return None;
             }
-            let mut sources = vec![matmul::gemv(t)?, matmul::bias_act(t, f.activation, true)?];
+            let mut sources = vec![matmul::products(t, matmul::Prologue::Plain)?, matmul::bias_act(t, f.activation, true)?];
             sources.extend(f.activation.and_then(|a| matmul::bias_act(t, Some(a), false)));
             Some(sources)
         }

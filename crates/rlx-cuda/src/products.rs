@@ -1,0 +1,386 @@
+//! Decode's products fused with what surrounds them. Where a graph's f16 / bf16 products may
+//! have few rows (a row count that is symbolic or at most [`GEMV_ROWS`]: decoding), compiling
+//! rewrites each group of products over one operand into one of this backend's ops, [`NAME`]:
+//! the products share one launch (Q, K and V; gate and up), the RMSNorm or elementwise region
+//! that makes their operand runs inside it as each block stages its rows, and a residual
+//! added to a product is added as the product is written. With more rows than the few-row
+//! kernel takes (a prompt), the op runs the pieces it replaced one after another, into the
+//! outputs it keeps for them.
+
+use crate::engine::{numel, CudaEngine};
+use crate::matmul::{self, few_rows, few_rows_take, Product, GEMV_ROWS};
+use crate::memory::DevMem;
+use crate::source::matmul::{self as src, Prologue, GROUP};
+use crate::source::{self, rows::Norm, Source};
+use crate::{fuse, rows};
+use rlx_ir::ops::custom::Custom;
+use rlx_ir::ops::elementwise::BinaryOp;
+use rlx_ir::ops::fused::{chain_dtypes, ElementwiseRegion, RegionPrologue};
+use rlx_ir::{DType, Dim, Graph, Node, NodeId, Op, TensorType, ValueId};
+use rlx_opt::rewrite::Rewriter;
+use rlx_runtime::Arg;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+/// The op: inputs `(lead inputs…, w_0…, residuals…)`, outputs `(y_0…, lead value, products
+/// before their residual…)` — the lead value only for a norm or region, the products before
+/// their residual only for those with one (both written only when the pieces run apart).
+pub const NAME: &str = "rlx-cuda.products";
+
+/// What the products multiply.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Lead {
+    /// The operand as it is: inputs `(x)`.
+    Plain,
+    /// `RmsNorm` along the last axis: inputs `(x, γ, β)`.
+    Rms { eps: f32 },
+    /// An elementwise region over inputs shaped as its output.
+    Region(ElementwiseRegion),
+}
+
+impl Lead {
+    fn inputs(&self) -> usize {
+        match self {
+            Lead::Plain => 1,
+            Lead::Rms { .. } => 3,
+            Lead::Region(r) => r.num_inputs as usize,
+        }
+    }
+}
+
+/// The op's attributes (JSON): the lead, and per product whether a residual is added.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fused {
+    pub lead: Lead,
+    pub residual: Vec<bool>,
+}
+
+impl Fused {
+    fn parse(c: &Custom) -> Result<Fused, String> {
+        serde_json::from_slice(&c.attrs).map_err(|e| format!("{}: malformed attributes: {e}", c.name))
+    }
+
+    fn prologue<'a>(&'a self, dtypes: &'a [DType]) -> Prologue<'a> {
+        match &self.lead {
+            Lead::Plain => Prologue::Plain,
+            Lead::Rms { .. } => Prologue::Rms,
+            Lead::Region(r) => Prologue::Region(r, &dtypes[..r.num_inputs as usize]),
+        }
+    }
+}
+
+/// The kernels an op of this backend's named `c` over inputs of `dtypes` launches; `None`
+/// for another name.
+pub(crate) fn sources(c: &Custom, dtypes: &[DType]) -> Option<Vec<Source>> {
+    if c.name != NAME {
+        return None;
+    }
+    let f = Fused::parse(c).ok()?;
+    let d = c.outputs.first()?.dtype;
+    Some(src::products(d, f.prologue(dtypes)).into_iter().chain(source::binary(BinaryOp::Add, d)).chain(src::staging(d)).collect())
+}
+
+/// Runs the op `c`: one few-row launch where it takes the rows, else the pieces in turn.
+pub(crate) fn run(e: &CudaEngine, op: &Op, c: &Custom, ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> Result<(), String> {
+    let f = Fused::parse(c)?;
+    let (lead, count) = (f.lead.inputs(), f.residual.len());
+    let extra = f.residual.iter().filter(|&&r| r).count();
+    let kept = usize::from(f.lead != Lead::Plain);
+    if ins.len() != lead + count + extra || outs.len() != count + kept + extra || count == 0 {
+        return Err(format!("{}: {} inputs and {} outputs do not fit {count} products", c.name, ins.len(), outs.len()));
+    }
+    let (x, rest) = ins.split_at(lead);
+    let (w, residuals) = rest.split_at(count);
+    let d = outs[0].dtype;
+    let k = x[0].dims.last().copied().unwrap_or(0);
+    let m = numel(outs[0].dims) / w[0].dims.last().copied().unwrap_or(1).max(1);
+    let mut r = residuals.iter();
+    let products: Vec<Product> = (0..count)
+        .map(|j| Product {
+            w: w[j].buf.at(w[j].offset),
+            out: outs[j].buf.at(outs[j].offset),
+            residual: if f.residual[j] { r.next().map_or(0, |a| a.buf.at(a.offset)) } else { 0 },
+            n: w[j].dims.last().copied().unwrap_or(0),
+        })
+        .collect();
+    let dtypes: Vec<DType> = ins.iter().map(|a| a.dtype).collect();
+    if k > 0 && few_rows_take(m, k, &products) {
+        let func = e.kernel(src::products(d, f.prologue(&dtypes)), op, &dtypes)?;
+        let mut pointers = [0u64; 4];
+        for (p, a) in pointers.iter_mut().zip(x) {
+            *p = a.buf.at(a.offset);
+        }
+        let eps = if let Lead::Rms { eps } = f.lead { eps } else { 0.0 };
+        return few_rows(e, func, pointers, eps, &products, (m, k));
+    }
+    let operand = match &f.lead {
+        Lead::Plain => x[0],
+        Lead::Rms { eps } => {
+            rows::norm(e, op, Norm::Rms, -1, *eps, x, outs[count])?;
+            outs[count]
+        }
+        Lead::Region(region) => {
+            fuse::region(e, op, region, x, outs[count])?;
+            outs[count]
+        }
+    };
+    let (mut spare, mut r) = (outs[count + kept..].iter(), residuals.iter());
+    for j in 0..count {
+        if !f.residual[j] {
+            matmul::matmul(e, op, operand, w[j], outs[j])?;
+            continue;
+        }
+        let (Some(&p), Some(&res)) = (spare.next(), r.next()) else { return Err(format!("{}: product {j} lacks its residual", c.name)) };
+        matmul::matmul(e, op, operand, w[j], p)?;
+        e.map(source::binary(BinaryOp::Add, d), op, &[res, p], outs[j])?;
+    }
+    Ok(())
+}
+
+/// One group found in the source graph: its lead node (a norm or region, if any), products
+/// and their residual adds, and the node where the op goes.
+struct Group {
+    lead: Option<(NodeId, Lead)>,
+    products: Vec<NodeId>,
+    adds: Vec<Option<(NodeId, ValueId)>>,
+    first: NodeId,
+}
+
+/// Whether `ty` is a `[M, K]` operand the few-row kernel may see: f16 / bf16, its rows
+/// symbolic or few, `K` static.
+fn few(ty: &TensorType) -> bool {
+    let dims = ty.shape.dims();
+    matches!(ty.dtype, DType::F16 | DType::BF16)
+        && dims.len() == 2
+        && matches!(dims[1], Dim::Static(_))
+        && match &dims[0] {
+            Dim::Static(m) => (1..=GEMV_ROWS).contains(m),
+            Dim::Sym(_) => true,
+        }
+}
+
+/// `graph` with each group of few-row products (more than a lone product) rewritten into
+/// [`NAME`] ops; `None` where there is none.
+pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
+    let mut users: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
+    for id in graph.node_ids() {
+        for &v in &graph.node(id).inputs {
+            users.entry(v).or_default().push(id);
+        }
+    }
+    let outputs: HashSet<ValueId> = graph.outputs().iter().copied().collect();
+    let used_by = |v: ValueId| users.get(&v).map_or(&[][..], |u| &u[..]);
+    let product = |id: NodeId| -> bool {
+        let node = graph.node(id);
+        let (x, w) = match (&node.op, &node.inputs[..]) {
+            (Op::MatMul(_), &[x, w]) => (graph.ty(x), graph.ty(w)),
+            _ => return false,
+        };
+        let k = x.shape.dims().last().and_then(Dim::as_static);
+        few(x) && w.dtype == x.dtype && node.outputs[0].dtype == x.dtype && matches!(w.shape.as_static().as_deref(), Some(&[kw, n]) if Some(kw) == k && n % 8 == 0 && n > 0)
+    };
+    let before = |v: ValueId, first: NodeId| v.node.index() < first.index();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut grouped: HashSet<NodeId> = HashSet::new();
+    for id in graph.node_ids() {
+        if grouped.contains(&id) || !product(id) {
+            continue;
+        }
+        let x = graph.node(id).inputs[0];
+        let products: Vec<NodeId> = used_by(x).iter().copied().filter(|&p| !grouped.contains(&p) && product(p) && graph.node(p).inputs[0] == x).take(GROUP).collect();
+        let lead = lead_of(graph, x, &products, used_by(x), outputs.contains(&x));
+        let first = lead.as_ref().map_or(products[0], |(n, _)| *n);
+        if products.iter().any(|&p| !before(graph.node(p).inputs[1], first)) {
+            continue;
+        }
+        let adds: Vec<Option<(NodeId, ValueId)>> = products
+            .iter()
+            .map(|&p| {
+                let y = ValueId::new(p, 0);
+                let (&[add], false) = (used_by(y), outputs.contains(&y)) else { return None };
+                let node = graph.node(add);
+                let other = match (&node.op, &node.inputs[..]) {
+                    (Op::Binary(b), &[a, c]) if b.op == BinaryOp::Add && a != c => if a == y { c } else { a },
+                    _ => return None,
+                };
+                (graph.ty(other) == graph.ty(y) && node.outputs[0] == *graph.ty(y) && before(other, first)).then_some((add, other))
+            })
+            .collect();
+        if lead.is_none() && products.len() == 1 && adds[0].is_none() {
+            continue;
+        }
+        grouped.extend(&products);
+        groups.push(Group { lead, products, adds, first });
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    build(graph, &groups)
+}
+
+/// How the products over `x` can take its producer in: an RMSNorm along the last axis or an
+/// elementwise region whose inputs are shaped as `x`, read by these products alone.
+fn lead_of(graph: &Graph, x: ValueId, products: &[NodeId], users: &[NodeId], output: bool) -> Option<(NodeId, Lead)> {
+    if output || users.len() != products.len() {
+        return None;
+    }
+    let node = graph.node(x.node);
+    let ty = graph.ty(x);
+    let k = ty.shape.dims().last()?.as_static()?;
+    let alike = |v: &ValueId| graph.ty(*v) == ty;
+    let lead = match &node.op {
+        Op::RmsNorm(n) => {
+            let vector = |v: &ValueId| graph.ty(*v).dtype == ty.dtype && graph.ty(*v).shape.as_static() == Some(vec![k]);
+            let last = n.axis == -1 || n.axis == 1;
+            (last && !n.flatten_leading && node.inputs.len() == 3 && alike(&node.inputs[0]) && node.inputs[1..].iter().all(vector)).then_some(Lead::Rms { eps: n.eps })?
+        }
+        Op::ElementwiseRegion(r) => {
+            let dtypes: Vec<DType> = node.inputs.iter().map(|&v| graph.ty(v).dtype).collect();
+            let plain = r.prologue == RegionPrologue::None && r.scalar_input_mask == 0 && r.input_modulus.iter().all(|&m| m == 0);
+            let out = chain_dtypes(&r.chain, &dtypes).ok()?.last().copied();
+            let shaped = node.inputs.iter().all(|v| graph.ty(*v).shape == ty.shape);
+            (plain && shaped && dtypes.len() <= 4 && out == Some(ty.dtype) && src::products(ty.dtype, Prologue::Region(r, &dtypes)).is_some()).then(|| Lead::Region(r.clone()))?
+        }
+        _ => return None,
+    };
+    Some((x.node, lead))
+}
+
+/// The source graph with each group replaced by one op, placed at the group's first node.
+fn build(graph: &Graph, groups: &[Group]) -> Option<Graph> {
+    let at: HashMap<NodeId, &Group> = groups.iter().map(|g| (g.first, g)).collect();
+    let mut stands: HashMap<NodeId, Vec<ValueId>> = HashMap::new();
+    let mut rw = Rewriter::new(graph);
+    for id in graph.node_ids() {
+        if let Some(g) = at.get(&id) {
+            let (lead, mut inputs, mut outputs) = match &g.lead {
+                Some((n, lead)) => (lead.clone(), graph.node(*n).inputs.clone(), Vec::new()),
+                None => (Lead::Plain, vec![graph.node(g.products[0]).inputs[0]], Vec::new()),
+            };
+            inputs.extend(g.products.iter().map(|&p| graph.node(p).inputs[1]));
+            inputs.extend(g.adds.iter().flatten().map(|&(_, r)| r));
+            outputs.extend(g.products.iter().map(|&p| graph.node(p).outputs[0].clone()));
+            outputs.extend(g.lead.iter().map(|(n, _)| graph.node(*n).outputs[0].clone()));
+            outputs.extend(g.products.iter().zip(&g.adds).filter(|(_, a)| a.is_some()).map(|(&p, _)| graph.node(p).outputs[0].clone()));
+            let attrs = serde_json::to_vec(&Fused { lead, residual: g.adds.iter().map(Option::is_some).collect() }).ok()?;
+            let inputs: Vec<ValueId> = inputs.iter().map(|&v| rw.map(v)).collect();
+            let op = Custom { name: NAME.into(), num_inputs: inputs.len() as u32, attrs, outputs: outputs.clone() };
+            let new = rw.graph().push(Node { op: Op::Custom(op), inputs, outputs });
+            let value = |i: usize| ValueId::new(new, i as u32);
+            let count = g.products.len();
+            let mut spare = count + usize::from(g.lead.is_some());
+            if let Some((n, _)) = &g.lead {
+                stands.insert(*n, vec![value(count)]);
+            }
+            for (j, (&p, add)) in g.products.iter().zip(&g.adds).enumerate() {
+                match add {
+                    Some((a, _)) => {
+                        stands.insert(p, vec![value(spare)]);
+                        stands.insert(*a, vec![value(j)]);
+                        spare += 1;
+                    }
+                    None => {
+                        stands.insert(p, vec![value(j)]);
+                    }
+                }
+            }
+        }
+        match stands.remove(&id) {
+            Some(values) => rw.replace(id, values).ok()?,
+            None => {
+                rw.keep(id);
+            }
+        }
+    }
+    Some(rw.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::ops::elementwise::ActivationKind;
+    use rlx_ir::ops::fused::{ChainStep, Operand};
+    use rlx_ir::Shape;
+
+    /// A decoder layer's products over `[rows, 64]` bf16 activations: RMSNorm → Q, K, V; the
+    /// output product plus the residual; RMSNorm → gate, up; SiLU(gate)·up (a region) → down
+    /// plus the residual.
+    fn layer(rows: Dim) -> Graph {
+        let mut g = Graph::new();
+        let ty = |dims: Vec<Dim>| TensorType::new(DType::BF16, Shape::new(dims));
+        let s = |n: usize| Dim::Static(n);
+        let x = g.input("x", ty(vec![rows.clone(), s(64)]));
+        let vector = |g: &mut Graph, name: &str| g.input(name, ty(vec![s(64)]));
+        let weight = |g: &mut Graph, name: &str, k: usize, n: usize| g.input(name, ty(vec![s(k), s(n)]));
+        let (g1, b1, g2, b2) = (vector(&mut g, "g1"), vector(&mut g, "b1"), vector(&mut g, "g2"), vector(&mut g, "b2"));
+        let w: Vec<ValueId> = [("q", 64, 64), ("k", 64, 32), ("v", 64, 32), ("o", 64, 64), ("gate", 64, 128), ("up", 64, 128), ("down", 128, 64)]
+            .iter()
+            .map(|&(n, k, c)| weight(&mut g, n, k, c))
+            .collect();
+        let a = g.rms_norm(x, g1, b1, -1, 1e-5).unwrap();
+        let (q, k, v) = (g.matmul(a, w[0]).unwrap(), g.matmul(a, w[1]).unwrap(), g.matmul(a, w[2]).unwrap());
+        let o = g.matmul(q, w[3]).unwrap();
+        let x = g.binary(BinaryOp::Add, x, o).unwrap();
+        let f = g.rms_norm(x, g2, b2, -1, 1e-5).unwrap();
+        let (gate, up) = (g.matmul(f, w[4]).unwrap(), g.matmul(f, w[5]).unwrap());
+        let chain = vec![ChainStep::Activation(ActivationKind::Silu, Operand::Input(0)), ChainStep::Binary(BinaryOp::Mul, Operand::Step(0), Operand::Input(1))];
+        let h = g.elementwise_region(chain, &[gate, up], None).unwrap();
+        let down = g.matmul(h, w[6]).unwrap();
+        let y = g.binary(BinaryOp::Add, x, down).unwrap();
+        g.set_outputs(vec![y, k, v]).unwrap();
+        g
+    }
+
+    fn fused(g: &Graph) -> Vec<(Fused, usize, usize)> {
+        g.nodes()
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Custom(c) if c.name == NAME => Some((Fused::parse(c).unwrap(), n.inputs.len(), n.outputs.len())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_decoder_layer_becomes_four_launches() {
+        let out = rewrite(&layer(Dim::sym("S"))).expect("rewritten");
+        rlx_ir::verify(&out).expect("the rewritten graph verifies");
+        let ops = fused(&out);
+        let leads: Vec<&Lead> = ops.iter().map(|(f, _, _)| &f.lead).collect();
+        assert!(matches!(leads[..], [Lead::Rms { .. }, Lead::Plain, Lead::Rms { .. }, Lead::Region(_)]), "{leads:?}");
+        let residual: Vec<&[bool]> = ops.iter().map(|(f, _, _)| &f.residual[..]).collect();
+        assert_eq!(residual, [&[false, false, false][..], &[true], &[false, false], &[true]]);
+        // (x, γ, β, 3 weights) → 3 products and the norm; (q, w_o, x) → the sum and the product.
+        assert_eq!(ops.iter().map(|&(_, i, o)| (i, o)).collect::<Vec<_>>(), [(6, 4), (3, 2), (5, 3), (4, 3)]);
+        assert!(!out.nodes().iter().any(|n| matches!(n.op, Op::MatMul(_) | Op::RmsNorm(_) | Op::ElementwiseRegion(_) | Op::Binary(_))), "every product, norm, region and add is inside");
+    }
+
+    #[test]
+    fn products_of_many_rows_or_shared_operands_are_left_alone() {
+        assert!(rewrite(&layer(Dim::Static(64))).is_none(), "64 rows go to cuBLAS");
+        let out = rewrite(&layer(Dim::Static(3))).expect("three rows are few");
+        assert_eq!(fused(&out).len(), 4);
+        let mut g = Graph::new();
+        let ty = |dims: &[usize]| TensorType::new(DType::BF16, Shape::of(dims));
+        let x = g.input("x", ty(&[1, 64]));
+        let (gamma, beta, w) = (g.input("g", ty(&[64])), g.input("b", ty(&[64])), g.input("w", ty(&[64, 64])));
+        let a = g.rms_norm(x, gamma, beta, -1, 1e-5).unwrap();
+        let y = g.matmul(a, w).unwrap();
+        g.set_outputs(vec![y, a]).unwrap();
+        assert!(rewrite(&g).is_none(), "the norm is an output itself, and a lone product gains nothing");
+        let mut g = Graph::new();
+        let x = g.input("x", ty(&[1, 64]));
+        let (w, odd) = (g.input("w", ty(&[64, 64])), g.input("odd", ty(&[64, 12])));
+        let (y, z) = (g.matmul(x, w).unwrap(), g.matmul(x, odd).unwrap());
+        let y = g.binary(BinaryOp::Add, y, y).unwrap();
+        g.set_outputs(vec![y, z]).unwrap();
+        assert!(rewrite(&g).is_none(), "12 columns are no multiple of 8, and y + y adds no residual");
+    }
+
+    #[test]
+    fn malformed_attributes_are_an_error() {
+        let c = Custom { name: NAME.into(), num_inputs: 2, attrs: b"{".to_vec(), outputs: vec![] };
+        assert!(Fused::parse(&c).unwrap_err().contains(NAME));
+        assert!(sources(&c, &[DType::BF16]).is_none());
+    }
+}
