@@ -19,7 +19,8 @@ const COUNTS: usize = 1 << 14;
 /// Fewest keys per block.
 const CHUNK: usize = 32;
 
-/// The split attention's scratch: partial results, and per-row counters left at zero.
+/// The scratch of kernels that split a row over blocks (this attention, the arg-extrema of
+/// long rows): partial results, and per-row counters left at zero.
 pub struct Scratch {
     partial: DevMem,
     count: DevMem,
@@ -28,6 +29,12 @@ pub struct Scratch {
 impl Scratch {
     pub fn new(gpu: &Arc<Gpu>) -> Result<Scratch> {
         Ok(Scratch { partial: DevMem::zeroed(gpu, PARTIAL * 4)?, count: DevMem::zeroed(gpu, COUNTS * 4)? })
+    }
+
+    /// Room for `pairs` partial `(value, index)` pairs of 8 bytes each and counters for
+    /// `rows`: the pairs' value and index arrays and the counters, or `None` where they do not fit.
+    pub(crate) fn pairs(&self, pairs: usize, rows: usize) -> Option<(u64, u64, u64)> {
+        (pairs * 16 <= PARTIAL * 4 && rows <= COUNTS).then(|| (self.partial.ptr, self.partial.ptr + (pairs * 8) as u64, self.count.ptr))
     }
 }
 

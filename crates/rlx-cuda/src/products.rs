@@ -138,12 +138,13 @@ pub(crate) fn run(e: &CudaEngine, op: &Op, c: &Custom, ins: &[Arg<'_, DevMem>], 
 }
 
 /// One group found in the source graph: its lead node (a norm or region, if any), products
-/// and their residual adds, and the node where the op goes.
+/// and their residual adds, all of these nodes, and the last of them, where the op goes.
 struct Group {
     lead: Option<(NodeId, Lead)>,
     products: Vec<NodeId>,
     adds: Vec<Option<(NodeId, ValueId)>>,
-    first: NodeId,
+    members: Vec<NodeId>,
+    last: NodeId,
 }
 
 /// Whether `ty` is a `[M, K]` operand the few-row kernel may see: f16 / bf16, its rows
@@ -179,7 +180,6 @@ pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
         let k = x.shape.dims().last().and_then(Dim::as_static);
         few(x) && w.dtype == x.dtype && node.outputs[0].dtype == x.dtype && matches!(w.shape.as_static().as_deref(), Some(&[kw, n]) if Some(kw) == k && n % 8 == 0 && n > 0)
     };
-    let before = |v: ValueId, first: NodeId| v.node.index() < first.index();
     let mut groups: Vec<Group> = Vec::new();
     let mut grouped: HashSet<NodeId> = HashSet::new();
     for id in graph.node_ids() {
@@ -189,10 +189,6 @@ pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
         let x = graph.node(id).inputs[0];
         let products: Vec<NodeId> = used_by(x).iter().copied().filter(|&p| !grouped.contains(&p) && product(p) && graph.node(p).inputs[0] == x).take(GROUP).collect();
         let lead = lead_of(graph, x, &products, used_by(x), outputs.contains(&x));
-        let first = lead.as_ref().map_or(products[0], |(n, _)| *n);
-        if products.iter().any(|&p| !before(graph.node(p).inputs[1], first)) {
-            continue;
-        }
         let adds: Vec<Option<(NodeId, ValueId)>> = products
             .iter()
             .map(|&p| {
@@ -203,14 +199,22 @@ pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
                     (Op::Binary(b), &[a, c]) if b.op == BinaryOp::Add && a != c => if a == y { c } else { a },
                     _ => return None,
                 };
-                (graph.ty(other) == graph.ty(y) && node.outputs[0] == *graph.ty(y) && before(other, first)).then_some((add, other))
+                (graph.ty(other) == graph.ty(y) && node.outputs[0] == *graph.ty(y) && !products.contains(&other.node)).then_some((add, other))
             })
             .collect();
         if lead.is_none() && products.len() == 1 && adds[0].is_none() {
             continue;
         }
+        let members: Vec<NodeId> = lead.iter().map(|(n, _)| *n).chain(products.iter().copied()).chain(adds.iter().flatten().map(|(a, _)| *a)).collect();
+        let last = members.iter().copied().max_by_key(|n| n.index()).unwrap_or(id);
+        // The op stands at the group's last node: nothing outside it may read a member's
+        // result before then.
+        let early = members.iter().any(|&n| (0..graph.node(n).outputs.len() as u32).any(|o| used_by(ValueId::new(n, o)).iter().any(|u| !members.contains(u) && u.index() < last.index())));
+        if early {
+            continue;
+        }
         grouped.extend(&products);
-        groups.push(Group { lead, products, adds, first });
+        groups.push(Group { lead, products, adds, members, last });
     }
     if groups.is_empty() {
         return None;
@@ -246,49 +250,52 @@ fn lead_of(graph: &Graph, x: ValueId, products: &[NodeId], users: &[NodeId], out
     Some((x.node, lead))
 }
 
-/// The source graph with each group replaced by one op, placed at the group's first node.
+/// The source graph with each group replaced by one op, placed at the group's last node (the
+/// group's earlier nodes skipped until then).
 fn build(graph: &Graph, groups: &[Group]) -> Option<Graph> {
-    let at: HashMap<NodeId, &Group> = groups.iter().map(|g| (g.first, g)).collect();
-    let mut stands: HashMap<NodeId, Vec<ValueId>> = HashMap::new();
+    let at: HashMap<NodeId, &Group> = groups.iter().map(|g| (g.last, g)).collect();
+    let waiting: HashSet<NodeId> = groups.iter().flat_map(|g| g.members.iter().copied().filter(|&n| n != g.last)).collect();
     let mut rw = Rewriter::new(graph);
     for id in graph.node_ids() {
-        if let Some(g) = at.get(&id) {
-            let (lead, mut inputs, mut outputs) = match &g.lead {
-                Some((n, lead)) => (lead.clone(), graph.node(*n).inputs.clone(), Vec::new()),
-                None => (Lead::Plain, vec![graph.node(g.products[0]).inputs[0]], Vec::new()),
-            };
-            inputs.extend(g.products.iter().map(|&p| graph.node(p).inputs[1]));
-            inputs.extend(g.adds.iter().flatten().map(|&(_, r)| r));
-            outputs.extend(g.products.iter().map(|&p| graph.node(p).outputs[0].clone()));
-            outputs.extend(g.lead.iter().map(|(n, _)| graph.node(*n).outputs[0].clone()));
-            outputs.extend(g.products.iter().zip(&g.adds).filter(|(_, a)| a.is_some()).map(|(&p, _)| graph.node(p).outputs[0].clone()));
-            let attrs = serde_json::to_vec(&Fused { lead, residual: g.adds.iter().map(Option::is_some).collect() }).ok()?;
-            let inputs: Vec<ValueId> = inputs.iter().map(|&v| rw.map(v)).collect();
-            let op = Custom { name: NAME.into(), num_inputs: inputs.len() as u32, attrs, outputs: outputs.clone() };
-            let new = rw.graph().push(Node { op: Op::Custom(op), inputs, outputs });
-            let value = |i: usize| ValueId::new(new, i as u32);
-            let count = g.products.len();
-            let mut spare = count + usize::from(g.lead.is_some());
-            if let Some((n, _)) = &g.lead {
-                stands.insert(*n, vec![value(count)]);
+        let Some(g) = at.get(&id) else {
+            if waiting.contains(&id) {
+                rw.skip(id);
+            } else {
+                rw.keep(id);
             }
-            for (j, (&p, add)) in g.products.iter().zip(&g.adds).enumerate() {
-                match add {
-                    Some((a, _)) => {
-                        stands.insert(p, vec![value(spare)]);
-                        stands.insert(*a, vec![value(j)]);
-                        spare += 1;
-                    }
-                    None => {
-                        stands.insert(p, vec![value(j)]);
-                    }
+            continue;
+        };
+        let (lead, mut inputs) = match &g.lead {
+            Some((n, lead)) => (lead.clone(), graph.node(*n).inputs.clone()),
+            None => (Lead::Plain, vec![graph.node(g.products[0]).inputs[0]]),
+        };
+        inputs.extend(g.products.iter().map(|&p| graph.node(p).inputs[1]));
+        inputs.extend(g.adds.iter().flatten().map(|&(_, r)| r));
+        let mut outputs: Vec<TensorType> = g.products.iter().map(|&p| graph.node(p).outputs[0].clone()).collect();
+        outputs.extend(g.lead.iter().map(|(n, _)| graph.node(*n).outputs[0].clone()));
+        outputs.extend(g.products.iter().zip(&g.adds).filter(|(_, a)| a.is_some()).map(|(&p, _)| graph.node(p).outputs[0].clone()));
+        let attrs = serde_json::to_vec(&Fused { lead, residual: g.adds.iter().map(Option::is_some).collect() }).ok()?;
+        let inputs: Vec<ValueId> = inputs.iter().map(|&v| rw.map(v)).collect();
+        let op = Custom { name: NAME.into(), num_inputs: inputs.len() as u32, attrs, outputs: outputs.clone() };
+        let new = rw.graph().push(Node { op: Op::Custom(op), inputs, outputs });
+        let value = |i: usize| vec![ValueId::new(new, i as u32)];
+        let count = g.products.len();
+        let mut stands: Vec<(NodeId, Vec<ValueId>)> = g.lead.iter().map(|(n, _)| (*n, value(count))).collect();
+        let mut spare = count + usize::from(g.lead.is_some());
+        for (j, (&p, add)) in g.products.iter().zip(&g.adds).enumerate() {
+            match add {
+                Some((a, _)) => {
+                    stands.extend([(p, value(spare)), (*a, value(j))]);
+                    spare += 1;
                 }
+                None => stands.push((p, value(j))),
             }
         }
-        match stands.remove(&id) {
-            Some(values) => rw.replace(id, values).ok()?,
-            None => {
-                rw.keep(id);
+        for (n, values) in stands {
+            if n == id {
+                rw.replace(n, values).ok()?;
+            } else {
+                rw.fill(n, values).ok()?;
             }
         }
     }
@@ -304,28 +311,31 @@ mod tests {
 
     /// A decoder layer's products over `[rows, 64]` bf16 activations: RMSNorm → Q, K, V; the
     /// output product plus the residual; RMSNorm → gate, up; SiLU(gate)·up (a region) → down
-    /// plus the residual.
+    /// plus the residual. Each weight enters the graph just before its product, as a model's
+    /// builder adds them.
     fn layer(rows: Dim) -> Graph {
         let mut g = Graph::new();
         let ty = |dims: Vec<Dim>| TensorType::new(DType::BF16, Shape::new(dims));
         let s = |n: usize| Dim::Static(n);
         let x = g.input("x", ty(vec![rows.clone(), s(64)]));
-        let vector = |g: &mut Graph, name: &str| g.input(name, ty(vec![s(64)]));
-        let weight = |g: &mut Graph, name: &str, k: usize, n: usize| g.input(name, ty(vec![s(k), s(n)]));
-        let (g1, b1, g2, b2) = (vector(&mut g, "g1"), vector(&mut g, "b1"), vector(&mut g, "g2"), vector(&mut g, "b2"));
-        let w: Vec<ValueId> = [("q", 64, 64), ("k", 64, 32), ("v", 64, 32), ("o", 64, 64), ("gate", 64, 128), ("up", 64, 128), ("down", 128, 64)]
-            .iter()
-            .map(|&(n, k, c)| weight(&mut g, n, k, c))
-            .collect();
-        let a = g.rms_norm(x, g1, b1, -1, 1e-5).unwrap();
-        let (q, k, v) = (g.matmul(a, w[0]).unwrap(), g.matmul(a, w[1]).unwrap(), g.matmul(a, w[2]).unwrap());
-        let o = g.matmul(q, w[3]).unwrap();
+        let norm = |g: &mut Graph, x: ValueId, name: &str| {
+            let (gamma, beta) = (g.input(&format!("{name}.g"), ty(vec![s(64)])), g.input(&format!("{name}.b"), ty(vec![s(64)])));
+            g.rms_norm(x, gamma, beta, -1, 1e-5).unwrap()
+        };
+        let linear = |g: &mut Graph, x: ValueId, name: &str, n: usize| {
+            let k = g.ty(x).shape.dims()[1].as_static().unwrap();
+            let w = g.input(name, ty(vec![s(k), s(n)]));
+            g.matmul(x, w).unwrap()
+        };
+        let a = norm(&mut g, x, "attn_norm");
+        let (q, k, v) = (linear(&mut g, a, "q", 64), linear(&mut g, a, "k", 32), linear(&mut g, a, "v", 32));
+        let o = linear(&mut g, q, "o", 64);
         let x = g.binary(BinaryOp::Add, x, o).unwrap();
-        let f = g.rms_norm(x, g2, b2, -1, 1e-5).unwrap();
-        let (gate, up) = (g.matmul(f, w[4]).unwrap(), g.matmul(f, w[5]).unwrap());
+        let f = norm(&mut g, x, "ffn_norm");
+        let (gate, up) = (linear(&mut g, f, "gate", 128), linear(&mut g, f, "up", 128));
         let chain = vec![ChainStep::Activation(ActivationKind::Silu, Operand::Input(0)), ChainStep::Binary(BinaryOp::Mul, Operand::Step(0), Operand::Input(1))];
         let h = g.elementwise_region(chain, &[gate, up], None).unwrap();
-        let down = g.matmul(h, w[6]).unwrap();
+        let down = linear(&mut g, h, "down", 64);
         let y = g.binary(BinaryOp::Add, x, down).unwrap();
         g.set_outputs(vec![y, k, v]).unwrap();
         g
@@ -375,6 +385,15 @@ mod tests {
         let y = g.binary(BinaryOp::Add, y, y).unwrap();
         g.set_outputs(vec![y, z]).unwrap();
         assert!(rewrite(&g).is_none(), "12 columns are no multiple of 8, and y + y adds no residual");
+        let mut g = Graph::new();
+        let x = g.input("x", ty(&[1, 64]));
+        let w0 = g.input("w0", ty(&[64, 64]));
+        let p0 = g.matmul(x, w0).unwrap();
+        let early = g.activation(ActivationKind::Relu, p0).unwrap();
+        let w1 = g.input("w1", ty(&[64, 64]));
+        let p1 = g.matmul(x, w1).unwrap();
+        g.set_outputs(vec![early, p1]).unwrap();
+        assert!(rewrite(&g).is_none(), "the first product is read before the second is made");
     }
 
     #[test]

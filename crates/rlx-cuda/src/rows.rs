@@ -212,8 +212,22 @@ pub fn arg_extreme(e: &CudaEngine, op: &Op, max: bool, axis: usize, x: Arg<'_, D
         return Err(format!("the axis {axis} of {:?} is empty: no extreme to index", x.dims));
     }
     let f = e.kernel(src::arg_extreme(max, x.dtype), op, &[x.dtype])?;
-    over_rows(e, f, rows, n, vec![ptr(out), ptr(x), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64)])
+    let (lanes, per_warp) = row_lanes(n);
+    // Few long rows (a vocabulary's logits) split over blocks, as one block reads too slowly.
+    let parts = if per_warp || rows == 0 { 1 } else { (2 * e.split.sms() / rows).min(n.div_ceil(LONG_PART)).max(1) };
+    let scratch = e.decode.pairs(rows * parts, rows).filter(|_| parts > 1);
+    let (vs, is, count) = scratch.unwrap_or((0, 0, 0));
+    let chunk = if scratch.is_some() { n.div_ceil(parts) } else { n };
+    let mut params = vec![ptr(out), ptr(x), Param::I64(rows as i64), Param::I64(n as i64), Param::I64(inner as i64), Param::I64(chunk as i64), Param::Ptr(vs), Param::Ptr(is), Param::Ptr(count)];
+    if scratch.is_none() {
+        return over_rows(e, f, rows, n, params);
+    }
+    params.push(Param::I32(0));
+    launch::grid(&e.gpu, f, (extent(rows)?, n.div_ceil(chunk) as u32, 1), (lanes, 1, 1), 0, &mut params)
 }
+
+/// The fewest elements of a row an arg-extreme block takes when rows split.
+const LONG_PART: usize = 8192;
 
 /// The running folds along `axis` (Python-style): `Cumsum`, `CumProd`, `CumMax`, and
 /// `CumsumBackward` (`reverse`).

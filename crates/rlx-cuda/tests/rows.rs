@@ -202,6 +202,24 @@ fn arg_extremes_take_the_first_of_ties_and_nans() {
             agree_native(&gpu, &g, &[("x", coarse(&dims, 7))], Tol::rel(0.0), &[OpKind::ArgMax, OpKind::ArgMin]);
         }
     }
+    // Few long rows split over blocks: the first half of each row below 2, so that the largest
+    // value first appears in a later block and again in the blocks after it; a NaN in the
+    // last block of one case.
+    for (dims, nan) in [(vec![1, 128_256], None), (vec![3, 50_001], Some(49_990)), (vec![2, 20_000], None)] {
+        let n = dims[1];
+        let mut v: Vec<f32> = uniform(dims.iter().product(), 11, -3.0, 3.0).into_iter().enumerate().map(|(i, x)| if i % n < n / 2 { x.round().min(1.0) } else { x.round() }).collect();
+        if let Some(at) = nan {
+            v[n + at] = f32::NAN;
+        }
+        for dtype in [DType::F32, DType::BF16] {
+            let mut g = Graph::new();
+            let x = f32_input(&mut g, "x", &dims);
+            let x = as_dtype(&mut g, x, dtype);
+            let outs = vec![g.arg_max(x, 1, false).unwrap(), g.arg_min(x, 1, false).unwrap()];
+            g.set_outputs(outs).unwrap();
+            agree_native(&gpu, &g, &[("x", Tensor::from_vec(v.clone(), &dims).unwrap())], Tol::rel(0.0), &[OpKind::ArgMax, OpKind::ArgMin]);
+        }
+    }
     for dtype in [DType::I32, DType::U8, DType::F16, DType::F64] {
         let mut g = Graph::new();
         let x = f32_input(&mut g, "x", &[6, 300]);

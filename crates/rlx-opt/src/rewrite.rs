@@ -51,6 +51,27 @@ impl<'a> Rewriter<'a> {
 
     /// Makes `values` stand for the outputs of source node `id`; they must have its types.
     pub fn replace(&mut self, id: NodeId, values: Vec<ValueId>) -> Result<(), IrError> {
+        self.check(id, &values)?;
+        self.map.push(values);
+        Ok(())
+    }
+
+    /// Makes `values` stand for the outputs of source node `id`, skipped earlier because they
+    /// did not exist yet (a node replaced together with later ones, none of whose users came
+    /// between); they must have its types.
+    pub fn fill(&mut self, id: NodeId, values: Vec<ValueId>) -> Result<(), IrError> {
+        self.check(id, &values)?;
+        match self.map.get_mut(id.index()) {
+            Some(slot) if slot.is_empty() => {
+                *slot = values;
+                Ok(())
+            }
+            _ => Err(IrError::Invalid(format!("%{} was not skipped before being filled", id.0))),
+        }
+    }
+
+    /// Whether `values` have the types of source node `id`'s outputs.
+    fn check(&self, id: NodeId, values: &[ValueId]) -> Result<(), IrError> {
         let node = self.src.node(id);
         let types: Vec<_> = values.iter().map(|&v| self.out.ty(v).clone()).collect();
         if types != node.outputs {
@@ -62,7 +83,6 @@ impl<'a> Rewriter<'a> {
                 node.outputs
             )));
         }
-        self.map.push(values);
         Ok(())
     }
 

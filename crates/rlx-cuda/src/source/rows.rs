@@ -407,6 +407,11 @@ fn key_type(d: DType) -> Option<&'static str> {
 /// and ties go to the lower index, which picks the first extreme (`np.argmax`) whatever the
 /// order of reduction. A lane loads eight of its elements at a time before comparing them,
 /// so that a long row's loads overlap.
+///
+/// `k(out, x, rows, n, inner, chunk, vs, is, count, per_warp)`. With `gridDim.y` > 1 (few
+/// long rows: a vocabulary's logits) block `(r, p)` takes elements `p·chunk ..` of row `r`,
+/// leaves its best pair in `vs / is [r·gridDim.y + p]` and counts itself in `count[r]`; the
+/// row's last block reduces the pairs, writes the index and leaves its count at zero.
 pub fn arg_extreme(max: bool, d: DType) -> Option<Source> {
     let c = ctype(d)?;
     let key = key_type(d)?;
@@ -429,35 +434,61 @@ __device__ __forceinline__ void warp_best(key_t& v, i64& i) {{
         if (beats(w, j, v, i)) {{ v = w; i = j; }}
     }}
 }}
-extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(i64* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, int per_warp) {{
-    CHAIN();
+/* The best pair of the block's lanes, in every lane (a block per row). */
+__device__ __forceinline__ void block_best(key_t& best, i64& at) {{
     __shared__ key_t vs[32];
     __shared__ i64 is[32];
+    warp_best(best, at);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {{ vs[threadIdx.x >> 5] = best; is[threadIdx.x >> 5] = at; }}
+    __syncthreads();
+    const bool has = (threadIdx.x & 31) < (blockDim.x >> 5);
+    best = has ? vs[threadIdx.x & 31] : (key_t)0;
+    at = has ? is[threadIdx.x & 31] : -1;
+    warp_best(best, at);
+}}
+extern \"C\" __global__ void __launch_bounds__({ROW_THREADS}) k(i64* __restrict__ out, const T* __restrict__ x, i64 rows, i64 n, i64 inner, i64 chunk, key_t* parts_v, i64* parts_i, unsigned* count, int per_warp) {{
+    CHAIN();
+    __shared__ int last;
 {ROW}    const T* xr = x + base;
+    const i64 from = (i64)blockIdx.y * chunk, to = min(n, from + chunk);
     key_t best = 0;
     i64 at = -1;
-    i64 j = l.lane;
-    for (; j + 7 * l.width < n; j += 8 * l.width) {{
+    i64 j = from + l.lane;
+    for (; j + 7 * l.width < to; j += 8 * l.width) {{
         key_t v[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) v[u] = (key_t){load_u};
 #pragma unroll
         for (int u = 0; u < 8; ++u) if (beats(v[u], j + u * l.width, best, at)) {{ best = v[u]; at = j + u * l.width; }}
     }}
-    for (; j < n; j += l.width) {{
+    for (; j < to; j += l.width) {{
         const key_t v = (key_t){load};
         if (beats(v, j, best, at)) {{ best = v; at = j; }}
     }}
-    warp_best(best, at);
-    if (!per_warp) {{
-        if ((threadIdx.x & 31) == 0) {{ vs[threadIdx.x >> 5] = best; is[threadIdx.x >> 5] = at; }}
-        __syncthreads();
-        const bool has = (threadIdx.x & 31) < (blockDim.x >> 5);
-        best = has ? vs[threadIdx.x & 31] : (key_t)0;
-        at = has ? is[threadIdx.x & 31] : -1;
-        warp_best(best, at);
+    if (per_warp) warp_best(best, at);
+    else block_best(best, at);
+    if (gridDim.y == 1) {{
+        if (l.lane == 0) out[l.row] = at;
+        return;
     }}
-    if (l.lane == 0) out[l.row] = at;
+    const i64 slot = l.row * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) {{ parts_v[slot] = best; parts_i[slot] = at; }}
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(count + l.row, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    best = 0;
+    at = -1;
+    for (i64 p = threadIdx.x; p < gridDim.y; p += blockDim.x) {{
+        const i64 s = l.row * gridDim.y + p;
+        const key_t v = __ldcg(parts_v + s);
+        const i64 i = __ldcg(parts_i + s);
+        if (beats(v, i, best, at)) {{ best = v; at = i; }}
+    }}
+    block_best(best, at);
+    if (threadIdx.x == 0) {{ out[l.row] = at; count[l.row] = 0; }}
 }}
 ",
         store = c.store,
