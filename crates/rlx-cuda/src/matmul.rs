@@ -53,31 +53,46 @@ impl Split {
     }
 }
 
-/// One product of a few-row launch: its weight `[K, n]`, output `[M, n]` and, unless 0, the
-/// residual `[M, n]` added to it.
-#[derive(Clone, Copy)]
+/// One product of a few-row launch: its weight `[K, n]`, output `[M, n]`, the residual `[M,
+/// n]` added to it (unless 0), and whether the launch's [`Rotary`] rotates it.
+#[derive(Clone, Copy, Default)]
 pub(crate) struct Product {
     pub w: u64,
     pub out: u64,
     pub residual: u64,
     pub n: usize,
+    pub rotated: bool,
+}
+
+/// The rotary embedding of a few-row launch's rotated products: f32 tables `[M, stride]`
+/// (a row per position), the heads' width, the channels rotated, and GPT-J pairing.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Rotary {
+    pub cos: u64,
+    pub sin: u64,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub stride: usize,
+    pub gptj: bool,
 }
 
 /// Whether the few-row kernel takes products of these widths over `m` rows `k` deep: at most
 /// [`GEMV_ROWS`] rows and [`src::GROUP`] products, widths multiples of 8, weights 16-byte
-/// aligned, and either the split-K scratch holds the sums or one block's rows fit its stage.
-pub(crate) fn few_rows_take(m: usize, k: usize, products: &[Product]) -> bool {
+/// aligned, either the split-K scratch holds the sums or one block's rows fit its stage, and
+/// rotated products of whole heads that tile the kernel's 256 columns.
+pub(crate) fn few_rows_take(m: usize, k: usize, products: &[Product], rotary: &Rotary) -> bool {
     let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
+    let heads = |p: &Product| !p.rotated || (rotary.head_dim > 0 && TILE % rotary.head_dim == 0 && p.n % rotary.head_dim == 0 && rotary.n_rot <= rotary.head_dim);
     (1..=GEMV_ROWS).contains(&m)
         && (1..=src::GROUP).contains(&products.len())
-        && products.iter().all(|p| p.n % 8 == 0 && p.n > 0 && p.w % 16 == 0)
+        && products.iter().all(|p| p.n % 8 == 0 && p.n > 0 && p.w % 16 == 0 && heads(p))
         && (m * width <= PARTIAL && m * tiles <= COUNTS || k <= src::STAGE)
 }
 
 /// Launches the few-row kernel `f` ([`src::products`]) over `products` (which
 /// [`few_rows_take`] takes) of `m` rows `k` deep, its prologue reading `ins`. Splits K so that
 /// about four blocks per multiprocessor run, each staging at most [`src::STAGE`] rows.
-pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f32, products: &[Product], (m, k): (usize, usize)) -> Result<(), String> {
+pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f32, products: &[Product], rotary: &Rotary, (m, k): (usize, usize)) -> Result<(), String> {
     let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
     let s = &e.split;
     let mut splits = (4 * s.sms).div_ceil(tiles * m).clamp(k.div_ceil(src::STAGE), k.div_ceil(32).max(1));
@@ -90,11 +105,14 @@ pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f
     params.push(Param::F32(eps));
     let mut end = 0;
     for j in 0..src::GROUP {
-        let p = products.get(j).copied().unwrap_or(Product { w: 0, out: 0, residual: 0, n: 0 });
+        let p = products.get(j).copied().unwrap_or_default();
         end += p.n.div_ceil(TILE);
         params.extend([Param::Ptr(p.out), Param::Ptr(p.w), Param::Ptr(p.residual), Param::I64(p.n as i64), Param::I64(end as i64)]);
     }
     params.extend([Param::I64(k as i64), Param::I64(rows as i64), Param::Ptr(s.partial.ptr), Param::Ptr(s.count.ptr)]);
+    let roped = products.iter().enumerate().filter(|(_, p)| p.rotated).fold(0, |bits, (j, _)| bits | 1 << j);
+    let r = rotary;
+    params.extend([Param::Ptr(r.cos), Param::Ptr(r.sin), Param::I64(r.head_dim as i64), Param::I64(r.n_rot as i64), Param::I64(r.stride as i64), Param::I32(r.gptj as i32), Param::I32(roped)]);
     launch::grid(&e.gpu, f, (crate::rows::extent(tiles)?, splits as u32, m as u32), (256, 1, 1), (rows * 4) as u32, &mut params)
 }
 
@@ -102,12 +120,12 @@ pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f
 /// apply (not f16/bf16, a batch, or a product [`few_rows_take`] refuses).
 fn gemv(e: &CudaEngine, a: Arg<'_, DevMem>, b: Arg<'_, DevMem>, out: Arg<'_, DevMem>, (m, n, k): (usize, usize, usize)) -> Option<Result<(), String>> {
     let single = numel(out.dims) == m * n && numel(b.dims) == k * n;
-    let product = Product { w: b.buf.at(b.offset), out: out.buf.at(out.offset), residual: 0, n };
-    if !single || !few_rows_take(m, k, &[product]) {
+    let product = Product { w: b.buf.at(b.offset), out: out.buf.at(out.offset), n, ..Product::default() };
+    if !single || !few_rows_take(m, k, &[product], &Rotary::default()) {
         return None;
     }
     let source = src::products(out.dtype, src::Prologue::Plain)?;
-    Some(e.gpu.kernels.function(&e.gpu, &source).map_err(|err| err.to_string()).and_then(|f| few_rows(e, f, [a.buf.at(a.offset), 0, 0, 0], 0.0, &[product], (m, k))))
+    Some(e.gpu.kernels.function(&e.gpu, &source).map_err(|err| err.to_string()).and_then(|f| few_rows(e, f, [a.buf.at(a.offset), 0, 0, 0], 0.0, &[product], &Rotary::default(), (m, k))))
 }
 
 /// The dtypes the products take.

@@ -3,16 +3,18 @@
 //! rewrites each group of products over one operand into one of this backend's ops, [`NAME`]:
 //! the products share one launch (Q, K and V; gate and up), the RMSNorm or elementwise region
 //! that makes their operand runs inside it as each block stages its rows, and a residual
-//! added to a product is added as the product is written. With more rows than the few-row
-//! kernel takes (a prompt), the op runs the pieces it replaced one after another, into the
-//! outputs it keeps for them.
+//! added to a product, or the rotary embedding of it, is applied as the product is written.
+//! With more rows than the few-row kernel takes (a prompt), the op runs the pieces it replaced
+//! one after another, into the outputs it keeps for them.
 
+use crate::attention;
 use crate::engine::{numel, CudaEngine};
-use crate::matmul::{self, few_rows, few_rows_take, Product, GEMV_ROWS};
+use crate::matmul::{self, few_rows, few_rows_take, Product, Rotary, GEMV_ROWS};
 use crate::memory::DevMem;
-use crate::source::matmul::{self as src, Prologue, GROUP};
+use crate::source::matmul::{self as src, Prologue, GROUP, TILE};
 use crate::source::{self, rows::Norm, Source};
 use crate::{fuse, rows};
+use rlx_ir::ops::attention::{Rope, RopeStyle};
 use rlx_ir::ops::custom::Custom;
 use rlx_ir::ops::elementwise::BinaryOp;
 use rlx_ir::ops::fused::{chain_dtypes, ElementwiseRegion, RegionPrologue};
@@ -22,9 +24,10 @@ use rlx_runtime::Arg;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
-/// The op: inputs `(lead inputs…, w_0…, residuals…)`, outputs `(y_0…, lead value, products
-/// before their residual…)` — the lead value only for a norm or region, the products before
-/// their residual only for those with one (both written only when the pieces run apart).
+/// The op: inputs `(lead inputs…, w_0…, residuals…, [cos, sin])`, outputs `(y_0…, lead
+/// value, products before their tail…)` — the lead value only for a norm or region, the
+/// products before their tail only for those with one (both written only when the pieces run
+/// apart); `cos` and `sin` where a product is rotated.
 pub const NAME: &str = "rlx-cuda.products";
 
 /// What the products multiply.
@@ -48,11 +51,23 @@ impl Lead {
     }
 }
 
-/// The op's attributes (JSON): the lead, and per product whether a residual is added.
+/// What follows a product as it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tail {
+    None,
+    /// `+ r` of the product's shape (an input of its own).
+    Residual,
+    /// The op's [`Fused::rope`] over the product's rows.
+    Rope,
+}
+
+/// The op's attributes (JSON): the lead, each product's tail, and the rotary embedding of
+/// those rotated (one for all, with the op's last two inputs as its tables).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fused {
     pub lead: Lead,
-    pub residual: Vec<bool>,
+    pub tails: Vec<Tail>,
+    pub rope: Option<Rope>,
 }
 
 impl Fused {
@@ -67,6 +82,11 @@ impl Fused {
             Lead::Region(r) => Prologue::Region(r, &dtypes[..r.num_inputs as usize]),
         }
     }
+
+    /// How many products have `tail`.
+    fn with(&self, tail: Tail) -> usize {
+        self.tails.iter().filter(|&&t| t == tail).count()
+    }
 }
 
 /// The kernels an op of this backend's named `c` over inputs of `dtypes` launches; `None`
@@ -77,41 +97,57 @@ pub(crate) fn sources(c: &Custom, dtypes: &[DType]) -> Option<Vec<Source>> {
     }
     let f = Fused::parse(c).ok()?;
     let d = c.outputs.first()?.dtype;
-    Some(src::products(d, f.prologue(dtypes)).into_iter().chain(source::binary(BinaryOp::Add, d)).chain(src::staging(d)).collect())
+    let rope = f.rope.as_ref().and_then(|_| source::attention::rope(d, DType::F32));
+    Some(src::products(d, f.prologue(dtypes)).into_iter().chain(source::binary(BinaryOp::Add, d)).chain(rope).chain(src::staging(d)).collect())
 }
 
 /// Runs the op `c`: one few-row launch where it takes the rows, else the pieces in turn.
 pub(crate) fn run(e: &CudaEngine, op: &Op, c: &Custom, ins: &[Arg<'_, DevMem>], outs: &[Arg<'_, DevMem>]) -> Result<(), String> {
     let f = Fused::parse(c)?;
-    let (lead, count) = (f.lead.inputs(), f.residual.len());
-    let extra = f.residual.iter().filter(|&&r| r).count();
+    let (lead, count) = (f.lead.inputs(), f.tails.len());
+    let (residuals, tables) = (f.with(Tail::Residual), if f.with(Tail::Rope) > 0 { 2 } else { 0 });
     let kept = usize::from(f.lead != Lead::Plain);
-    if ins.len() != lead + count + extra || outs.len() != count + kept + extra || count == 0 {
+    let spares = count - f.with(Tail::None);
+    if ins.len() != lead + count + residuals + tables || outs.len() != count + kept + spares || count == 0 || (tables > 0) != f.rope.is_some() {
         return Err(format!("{}: {} inputs and {} outputs do not fit {count} products", c.name, ins.len(), outs.len()));
     }
     let (x, rest) = ins.split_at(lead);
-    let (w, residuals) = rest.split_at(count);
+    let (w, rest) = rest.split_at(count);
+    let (res, table) = rest.split_at(residuals);
     let d = outs[0].dtype;
     let k = x[0].dims.last().copied().unwrap_or(0);
     let m = numel(outs[0].dims) / w[0].dims.last().copied().unwrap_or(1).max(1);
-    let mut r = residuals.iter();
+    let at = |a: &Arg<'_, DevMem>| a.buf.at(a.offset);
+    let mut r = res.iter();
     let products: Vec<Product> = (0..count)
         .map(|j| Product {
-            w: w[j].buf.at(w[j].offset),
-            out: outs[j].buf.at(outs[j].offset),
-            residual: if f.residual[j] { r.next().map_or(0, |a| a.buf.at(a.offset)) } else { 0 },
+            w: at(&w[j]),
+            out: at(&outs[j]),
+            residual: if f.tails[j] == Tail::Residual { r.next().map_or(0, at) } else { 0 },
             n: w[j].dims.last().copied().unwrap_or(0),
+            rotated: f.tails[j] == Tail::Rope,
         })
         .collect();
+    let rotary = match (&f.rope, table) {
+        (Some(rope), [cos, sin]) => Rotary {
+            cos: at(cos),
+            sin: at(sin),
+            head_dim: rope.head_dim,
+            n_rot: rope.n_rot,
+            stride: cos.dims.last().copied().unwrap_or(0),
+            gptj: rope.style == RopeStyle::GptJ,
+        },
+        _ => Rotary::default(),
+    };
     let dtypes: Vec<DType> = ins.iter().map(|a| a.dtype).collect();
-    if k > 0 && few_rows_take(m, k, &products) {
+    if k > 0 && few_rows_take(m, k, &products, &rotary) {
         let func = e.kernel(src::products(d, f.prologue(&dtypes)), op, &dtypes)?;
         let mut pointers = [0u64; 4];
         for (p, a) in pointers.iter_mut().zip(x) {
-            *p = a.buf.at(a.offset);
+            *p = at(a);
         }
         let eps = if let Lead::Rms { eps } = f.lead { eps } else { 0.0 };
-        return few_rows(e, func, pointers, eps, &products, (m, k));
+        return few_rows(e, func, pointers, eps, &products, &rotary, (m, k));
     }
     let operand = match &f.lead {
         Lead::Plain => x[0],
@@ -124,25 +160,40 @@ pub(crate) fn run(e: &CudaEngine, op: &Op, c: &Custom, ins: &[Arg<'_, DevMem>], 
             outs[count]
         }
     };
-    let (mut spare, mut r) = (outs[count + kept..].iter(), residuals.iter());
+    let (mut spare, mut r) = (outs[count + kept..].iter(), res.iter());
     for j in 0..count {
-        if !f.residual[j] {
+        if f.tails[j] == Tail::None {
             matmul::matmul(e, op, operand, w[j], outs[j])?;
             continue;
         }
-        let (Some(&p), Some(&res)) = (spare.next(), r.next()) else { return Err(format!("{}: product {j} lacks its residual", c.name)) };
+        let Some(&p) = spare.next() else { return Err(format!("{}: product {j} has no output of its own", c.name)) };
         matmul::matmul(e, op, operand, w[j], p)?;
-        e.map(source::binary(BinaryOp::Add, d), op, &[res, p], outs[j])?;
+        match (f.tails[j], &f.rope, table) {
+            (Tail::Residual, _, _) => {
+                let Some(&add) = r.next() else { return Err(format!("{}: product {j} lacks its residual", c.name)) };
+                e.map(source::binary(BinaryOp::Add, d), op, &[add, p], outs[j])?;
+            }
+            (_, Some(rope), &[cos, sin]) => attention::rope(e, op, rope.head_dim, rope.n_rot, rope.style, false, &[p, cos, sin], outs[j])?,
+            _ => return Err(format!("{}: product {j} is rotated without tables", c.name)),
+        }
     }
     Ok(())
 }
 
+/// What follows a product in the source graph: the node, and what it adds (the residual
+/// operand) or rotates with (the embedding and its tables).
+#[derive(Clone)]
+enum Found {
+    Residual(ValueId),
+    Rope(Rope, ValueId, ValueId),
+}
+
 /// One group found in the source graph: its lead node (a norm or region, if any), products
-/// and their residual adds, all of these nodes, and the last of them, where the op goes.
+/// and the nodes that follow them, all of these nodes, and the last of them, where the op goes.
 struct Group {
     lead: Option<(NodeId, Lead)>,
     products: Vec<NodeId>,
-    adds: Vec<Option<(NodeId, ValueId)>>,
+    tails: Vec<Option<(NodeId, Found)>>,
     members: Vec<NodeId>,
     last: NodeId,
 }
@@ -189,23 +240,18 @@ pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
         let x = graph.node(id).inputs[0];
         let products: Vec<NodeId> = used_by(x).iter().copied().filter(|&p| !grouped.contains(&p) && product(p) && graph.node(p).inputs[0] == x).take(GROUP).collect();
         let lead = lead_of(graph, x, &products, used_by(x), outputs.contains(&x));
-        let adds: Vec<Option<(NodeId, ValueId)>> = products
-            .iter()
-            .map(|&p| {
-                let y = ValueId::new(p, 0);
-                let (&[add], false) = (used_by(y), outputs.contains(&y)) else { return None };
-                let node = graph.node(add);
-                let other = match (&node.op, &node.inputs[..]) {
-                    (Op::Binary(b), &[a, c]) if b.op == BinaryOp::Add && a != c => if a == y { c } else { a },
-                    _ => return None,
-                };
-                (graph.ty(other) == graph.ty(y) && node.outputs[0] == *graph.ty(y) && !products.contains(&other.node)).then_some((add, other))
-            })
-            .collect();
-        if lead.is_none() && products.len() == 1 && adds[0].is_none() {
+        let mut tails: Vec<Option<(NodeId, Found)>> = products.iter().map(|&p| tail_of(graph, p, &products, used_by(ValueId::new(p, 0)), outputs.contains(&ValueId::new(p, 0)))).collect();
+        // One embedding and one pair of tables for the op: the first rotated product's.
+        let first = tails.iter().flatten().find_map(|(_, f)| if let Found::Rope(r, c, s) = f { Some((r.clone(), *c, *s)) } else { None });
+        for t in &mut tails {
+            if matches!(t, Some((_, Found::Rope(r, c, s))) if Some((r.clone(), *c, *s)) != first) {
+                *t = None;
+            }
+        }
+        if lead.is_none() && products.len() == 1 && tails[0].is_none() {
             continue;
         }
-        let members: Vec<NodeId> = lead.iter().map(|(n, _)| *n).chain(products.iter().copied()).chain(adds.iter().flatten().map(|(a, _)| *a)).collect();
+        let members: Vec<NodeId> = lead.iter().map(|(n, _)| *n).chain(products.iter().copied()).chain(tails.iter().flatten().map(|(a, _)| *a)).collect();
         let last = members.iter().copied().max_by_key(|n| n.index()).unwrap_or(id);
         // The op stands at the group's last node: nothing outside it may read a member's
         // result before then.
@@ -214,12 +260,42 @@ pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
             continue;
         }
         grouped.extend(&products);
-        groups.push(Group { lead, products, adds, members, last });
+        groups.push(Group { lead, products, tails, members, last });
     }
     if groups.is_empty() {
         return None;
     }
     build(graph, &groups)
+}
+
+/// What follows product `p` (its result read by `users` alone, not a graph output) that the
+/// op can apply as it writes it: a residual add of another value (not one of the group's
+/// `products`), or a rotary embedding over whole heads of 256-column tiles with f32 tables of
+/// a row per position.
+fn tail_of(graph: &Graph, p: NodeId, products: &[NodeId], users: &[NodeId], output: bool) -> Option<(NodeId, Found)> {
+    let (&[user], false) = (users, output) else { return None };
+    let y = ValueId::new(p, 0);
+    let ty = graph.ty(y);
+    let node = graph.node(user);
+    if node.outputs[0] != *ty {
+        return None;
+    }
+    let found = match (&node.op, &node.inputs[..]) {
+        (Op::Binary(b), &[a, c]) if b.op == BinaryOp::Add && a != c => {
+            let other = if a == y { c } else { a };
+            (graph.ty(other) == ty && !products.contains(&other.node)).then_some(Found::Residual(other))?
+        }
+        (Op::Rope(r), &[x, cos, sin]) if x == y => {
+            let (dims, table) = (ty.shape.dims(), graph.ty(cos));
+            let n = dims.last()?.as_static()?;
+            let rows = table.shape.dims();
+            let heads = r.head_dim > 0 && TILE % r.head_dim == 0 && n % r.head_dim == 0 && r.n_rot % 2 == 0 && r.n_rot <= r.head_dim;
+            let tables = table.dtype == DType::F32 && graph.ty(sin) == table && rows.len() == 2 && rows[0] == dims[0] && rows[1] == Dim::Static(r.n_rot / 2);
+            (heads && tables).then(|| Found::Rope(r.clone(), cos, sin))?
+        }
+        _ => return None,
+    };
+    Some((user, found))
 }
 
 /// How the products over `x` can take its producer in: an RMSNorm along the last axis or an
@@ -270,11 +346,21 @@ fn build(graph: &Graph, groups: &[Group]) -> Option<Graph> {
             None => (Lead::Plain, vec![graph.node(g.products[0]).inputs[0]]),
         };
         inputs.extend(g.products.iter().map(|&p| graph.node(p).inputs[1]));
-        inputs.extend(g.adds.iter().flatten().map(|&(_, r)| r));
-        let mut outputs: Vec<TensorType> = g.products.iter().map(|&p| graph.node(p).outputs[0].clone()).collect();
-        outputs.extend(g.lead.iter().map(|(n, _)| graph.node(*n).outputs[0].clone()));
-        outputs.extend(g.products.iter().zip(&g.adds).filter(|(_, a)| a.is_some()).map(|(&p, _)| graph.node(p).outputs[0].clone()));
-        let attrs = serde_json::to_vec(&Fused { lead, residual: g.adds.iter().map(Option::is_some).collect() }).ok()?;
+        inputs.extend(g.tails.iter().flatten().filter_map(|(_, f)| if let Found::Residual(r) = f { Some(*r) } else { None }));
+        let rope = g.tails.iter().flatten().find_map(|(_, f)| if let Found::Rope(r, c, s) = f { Some((r.clone(), *c, *s)) } else { None });
+        if let Some((_, cos, sin)) = &rope {
+            inputs.extend([*cos, *sin]);
+        }
+        let ty = |n: NodeId| graph.node(n).outputs[0].clone();
+        let mut outputs: Vec<TensorType> = g.products.iter().map(|&p| ty(p)).collect();
+        outputs.extend(g.lead.iter().map(|(n, _)| ty(*n)));
+        outputs.extend(g.products.iter().zip(&g.tails).filter(|(_, t)| t.is_some()).map(|(&p, _)| ty(p)));
+        let tails = g.tails.iter().map(|t| match t {
+            None => Tail::None,
+            Some((_, Found::Residual(_))) => Tail::Residual,
+            Some((_, Found::Rope(..))) => Tail::Rope,
+        });
+        let attrs = serde_json::to_vec(&Fused { lead, tails: tails.collect(), rope: rope.map(|(r, _, _)| r) }).ok()?;
         let inputs: Vec<ValueId> = inputs.iter().map(|&v| rw.map(v)).collect();
         let op = Custom { name: NAME.into(), num_inputs: inputs.len() as u32, attrs, outputs: outputs.clone() };
         let new = rw.graph().push(Node { op: Op::Custom(op), inputs, outputs });
@@ -282,10 +368,10 @@ fn build(graph: &Graph, groups: &[Group]) -> Option<Graph> {
         let count = g.products.len();
         let mut stands: Vec<(NodeId, Vec<ValueId>)> = g.lead.iter().map(|(n, _)| (*n, value(count))).collect();
         let mut spare = count + usize::from(g.lead.is_some());
-        for (j, (&p, add)) in g.products.iter().zip(&g.adds).enumerate() {
-            match add {
-                Some((a, _)) => {
-                    stands.extend([(p, value(spare)), (*a, value(j))]);
+        for (j, (&p, tail)) in g.products.iter().zip(&g.tails).enumerate() {
+            match tail {
+                Some((t, _)) => {
+                    stands.extend([(p, value(spare)), (*t, value(j))]);
                     spare += 1;
                 }
                 None => stands.push((p, value(j))),
@@ -309,8 +395,8 @@ mod tests {
     use rlx_ir::ops::fused::{ChainStep, Operand};
     use rlx_ir::Shape;
 
-    /// A decoder layer's products over `[rows, 64]` bf16 activations: RMSNorm → Q, K, V; the
-    /// output product plus the residual; RMSNorm → gate, up; SiLU(gate)·up (a region) → down
+    /// A decoder layer's products over `[rows, 64]` bf16 activations: RMSNorm → Q, K, V, the
+    /// first two rotated; the output product plus the residual; RMSNorm → gate, up; SiLU(gate)·up (a region) → down
     /// plus the residual. Each weight enters the graph just before its product, as a model's
     /// builder adds them.
     fn layer(rows: Dim) -> Graph {
@@ -327,8 +413,12 @@ mod tests {
             let w = g.input(name, ty(vec![s(k), s(n)]));
             g.matmul(x, w).unwrap()
         };
+        let table = |g: &mut Graph, name: &str| g.input(name, TensorType::new(DType::F32, Shape::new(vec![rows.clone(), s(8)])));
+        let (cos, sin) = (table(&mut g, "cos"), table(&mut g, "sin"));
         let a = norm(&mut g, x, "attn_norm");
         let (q, k, v) = (linear(&mut g, a, "q", 64), linear(&mut g, a, "k", 32), linear(&mut g, a, "v", 32));
+        let rope = Rope { head_dim: 16, n_rot: 16, style: RopeStyle::NeoX };
+        let (q, k) = (g.rope(rope.clone(), q, cos, sin).unwrap(), g.rope(rope, k, cos, sin).unwrap());
         let o = linear(&mut g, q, "o", 64);
         let x = g.binary(BinaryOp::Add, x, o).unwrap();
         let f = norm(&mut g, x, "ffn_norm");
@@ -358,11 +448,14 @@ mod tests {
         let ops = fused(&out);
         let leads: Vec<&Lead> = ops.iter().map(|(f, _, _)| &f.lead).collect();
         assert!(matches!(leads[..], [Lead::Rms { .. }, Lead::Plain, Lead::Rms { .. }, Lead::Region(_)]), "{leads:?}");
-        let residual: Vec<&[bool]> = ops.iter().map(|(f, _, _)| &f.residual[..]).collect();
-        assert_eq!(residual, [&[false, false, false][..], &[true], &[false, false], &[true]]);
-        // (x, γ, β, 3 weights) → 3 products and the norm; (q, w_o, x) → the sum and the product.
-        assert_eq!(ops.iter().map(|&(_, i, o)| (i, o)).collect::<Vec<_>>(), [(6, 4), (3, 2), (5, 3), (4, 3)]);
-        assert!(!out.nodes().iter().any(|n| matches!(n.op, Op::MatMul(_) | Op::RmsNorm(_) | Op::ElementwiseRegion(_) | Op::Binary(_))), "every product, norm, region and add is inside");
+        let tails: Vec<&[Tail]> = ops.iter().map(|(f, _, _)| &f.tails[..]).collect();
+        use Tail::{None as Plain, Residual, Rope as Rotated};
+        assert_eq!(tails, [&[Rotated, Rotated, Plain][..], &[Residual], &[Plain, Plain], &[Residual]]);
+        assert_eq!(ops[0].0.rope.as_ref().map(|r| r.head_dim), Some(16));
+        // (x, γ, β, 3 weights, cos, sin) → 3 results, the norm and 2 unrotated products;
+        // (q, w_o, x) → the sum and the product.
+        assert_eq!(ops.iter().map(|&(_, i, o)| (i, o)).collect::<Vec<_>>(), [(8, 6), (3, 2), (5, 3), (4, 3)]);
+        assert!(!out.nodes().iter().any(|n| matches!(n.op, Op::MatMul(_) | Op::RmsNorm(_) | Op::ElementwiseRegion(_) | Op::Binary(_) | Op::Rope(_))), "every product, norm, region, add and rotation is inside");
     }
 
     #[test]

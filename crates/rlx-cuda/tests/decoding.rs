@@ -100,11 +100,13 @@ fn few_row_half_precision_products_agree_with_the_cpu() {
 }
 
 /// A decoder layer's products over a symbolic row count, fused at compile (RMSNorm into Q, K
-/// and V; the residual into the output product; SiLU(gate)·up into the down product): one
-/// launch each for 1 and 3 rows, the pieces one after another for 6.
+/// and V, Q and K rotated as they are written; the residual into the output product;
+/// SiLU(gate)·up into the down product): one launch each for 1 and 3 rows, the pieces one
+/// after another for 6.
 #[test]
 fn fused_decoder_products_agree_with_the_cpu() {
     let Some(gpu) = gpu() else { return };
+    use rlx_ir::ops::attention::{Rope, RopeStyle};
     use rlx_ir::ops::elementwise::{ActivationKind, BinaryOp};
     let (d, ff) = (256, 512);
     for dtype in [DType::BF16, DType::F16] {
@@ -119,9 +121,14 @@ fn fused_decoder_products_agree_with_the_cpu() {
             let x = g.input("x", TensorType::new(DType::F32, Shape::new(vec![rlx_ir::Dim::sym("S"), rlx_ir::Dim::Static(d)])));
             let x = cast(&mut g, x);
             let (gamma, beta) = (input(&mut g, "gamma", &[d]), input(&mut g, "beta", &[d]));
-            let w: Vec<_> = [("wq", d, d), ("wk", d, 136), ("wv", d, 136), ("wo", d, d), ("wg", d, ff), ("wu", d, ff), ("wd", ff, d)].iter().map(|&(n, k, c)| input(&mut g, n, &[k, c])).collect();
+            let w: Vec<_> = [("wq", d, d), ("wk", d, 128), ("wv", d, 136), ("wo", d, d), ("wg", d, ff), ("wu", d, ff), ("wd", ff, d)].iter().map(|&(n, k, c)| input(&mut g, n, &[k, c])).collect();
+            let table = |g: &mut Graph, name: &str| g.input(name, TensorType::new(DType::F32, Shape::new(vec![rlx_ir::Dim::sym("S"), rlx_ir::Dim::Static(32)])));
+            let (cos, sin) = (table(&mut g, "cos"), table(&mut g, "sin"));
             let a = g.rms_norm(x, gamma, beta, -1, 1e-5).unwrap();
             let (q, k, v) = (g.matmul(a, w[0]).unwrap(), g.matmul(a, w[1]).unwrap(), g.matmul(a, w[2]).unwrap());
+            let style = if dtype == DType::BF16 { RopeStyle::NeoX } else { RopeStyle::GptJ };
+            let rope = Rope { head_dim: 64, n_rot: 64, style };
+            let (q, k) = (g.rope(rope.clone(), q, cos, sin).unwrap(), g.rope(rope, k, cos, sin).unwrap());
             let o = g.matmul(q, w[3]).unwrap();
             let x = g.binary(BinaryOp::Add, x, o).unwrap();
             let f = g.rms_norm(x, gamma, beta, -1, 1e-5).unwrap();
@@ -132,7 +139,7 @@ fn fused_decoder_products_agree_with_the_cpu() {
             let y = g.binary(BinaryOp::Add, down, x).unwrap();
             let outs = [y, k, v].map(|t| g.cast(t, DType::F32).unwrap());
             g.set_outputs(outs.to_vec()).unwrap();
-            let shapes = [("x", vec![m, d]), ("gamma", vec![d]), ("beta", vec![d]), ("wq", vec![d, d]), ("wk", vec![d, 136]), ("wv", vec![d, 136]), ("wo", vec![d, d]), ("wg", vec![d, ff]), ("wu", vec![d, ff]), ("wd", vec![ff, d])];
+            let shapes = [("x", vec![m, d]), ("cos", vec![m, 32]), ("sin", vec![m, 32]), ("gamma", vec![d]), ("beta", vec![d]), ("wq", vec![d, d]), ("wk", vec![d, 128]), ("wv", vec![d, 136]), ("wo", vec![d, d]), ("wg", vec![d, ff]), ("wu", vec![d, ff]), ("wd", vec![ff, d])];
             let inputs: Vec<(&str, Tensor)> = shapes
                 .iter()
                 .enumerate()

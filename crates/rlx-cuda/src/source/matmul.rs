@@ -30,20 +30,24 @@ pub enum Prologue<'a> {
     Region(&'a ElementwiseRegion, &'a [DType]),
 }
 
-/// Up to [`GROUP`] products `out_j [M, N_j] = p(x) [M, K] · w_j [K, N_j] (+ r_j)` in f16 or
-/// bf16 with f32 sums, sharing one row-wise prologue `p` of `x`, each `N_j` a multiple of 8
-/// and each `w_j` 16-byte aligned: decode's GEMV, which cuBLAS serves poorly at one row.
+/// Up to [`GROUP`] products `out_j [M, N_j] = p(x) [M, K] · w_j [K, N_j]` in f16 or bf16
+/// with f32 sums, sharing one row-wise prologue `p` of `x`, each `N_j` a multiple of 8 and
+/// each `w_j` 16-byte aligned: decode's GEMV, which cuBLAS serves poorly at one row. Each
+/// product is rounded to the dtype, then may take a residual (`+ r_j`) or a rotary embedding
+/// (`Rope` over `[M, N_j]` rows, position `m`), as the separate ops would round.
 ///
-/// `k(in0, in1, in2, in3, eps, [out_j, w_j, r_j, N_j, end_j] × 3, K, rows, partial, count)`;
-/// grid `(end_2, splits, M)`, 256 threads, `rows·4` bytes of dynamic shared memory. The
-/// prologue reads `in0..` (`x` for `Plain`; `x, γ, β` for `Rms`; the region's inputs). The
-/// blocks `end_{j-1} .. end_j` (tiles of 256 columns) belong to product `j`; a null `r_j`
-/// adds no residual. Block `(t, s, m)` stages rows `s·rows .. (s + 1)·rows` of `p(x)` for row
-/// `m`, then sums them against its tile's weight columns, warp `i` taking weight rows `i,
-/// i + 8, …` with four loads in flight. With one split the block writes the output; with more
-/// each block adds its f32 sums into `partial [M, ΣN_j]` and counts itself in `count [M,
-/// end_2]`, and the tile's last block writes the total, then leaves both zeroed for the next
-/// launch.
+/// `k(in0, in1, in2, in3, eps, [out_j, w_j, r_j, N_j, end_j] × 3, K, rows, partial, count,
+/// cos, sin, head_dim, n_rot, stride, gptj, roped)`; grid `(end_2, splits, M)`, 256 threads,
+/// `rows·4` bytes of dynamic shared memory. The prologue reads `in0..` (`x` for `Plain`; `x,
+/// γ, β` for `Rope`; the region's inputs). The blocks `end_{j-1} .. end_j` (tiles of 256
+/// columns) belong to product `j`; a null `r_j` adds no residual; bit `j` of `roped` rotates
+/// product `j` with the f32 tables `cos / sin [M, stride]` (heads of `head_dim` dividing 256,
+/// so that a tile holds whole heads). Block `(t, s, m)` issues its first weight loads, stages
+/// rows `s·rows .. (s + 1)·rows` of `p(x)` for row `m`, then sums them against its tile's
+/// weight columns, warp `i` taking weight rows `i, i + 8, …` with eight loads in flight.
+/// With one split the block writes the output; with more each block adds its f32 sums into
+/// `partial [M, ΣN_j]` and counts itself in `count [M, end_2]`, and the tile's last block
+/// writes the total, then leaves both zeroed for the next launch.
 pub fn products(d: DType, prologue: Prologue<'_>) -> Option<Source> {
     if !matches!(d, DType::F16 | DType::BF16) {
         return None;
@@ -86,7 +90,15 @@ pub fn products(d: DType, prologue: Prologue<'_>) -> Option<Source> {
             (ins, defs, String::new(), "pro(in0, in1, in2, in3, m * K + k0 + i)".to_string())
         }
     };
-    let finish = |v: &str| format!("(r ? {store}({load}(r[m * N + c]) + {load}({store}({v}))) : {store}({v}))");
+    let finish = |v: &str| {
+        format!(
+            "{{
+        float v = {load}({store}({v}));
+        if ((roped >> j) & 1) v = rotated(red[0], v, c, m, cos_t, sin_t, hd, n_rot, stride, gptj);
+        if (c < N) out[m * N + c] = r ? {store}({load}(r[m * N + c]) + v) : {store}(v);
+    }}"
+        )
+    };
     let code = format!(
         r#"{PRELUDE}{defs}__device__ __forceinline__ float lo(u32 v) {{ u32 h = v & 0xffffu; return {unpack}; }}
 __device__ __forceinline__ float hi(u32 v) {{ u32 h = v >> 16; return {unpack}; }}
@@ -104,11 +116,27 @@ __device__ __forceinline__ float block_sum(float v, float* red) {{
     __syncthreads();
     return s;
 }}
+/* Product value v of column c (row m) rotated with its pair, which every thread of the block
+   leaves in `tile` first (a tile of 256 columns holds whole heads). */
+__device__ __forceinline__ float rotated(float* tile, float v, i64 c, i64 m, const float* cos_t, const float* sin_t, i64 hd, i64 n_rot, i64 stride, int gptj) {{
+    tile[threadIdx.x] = v;
+    __syncthreads();
+    const i64 ch = c % hd;
+    if (ch >= n_rot) return v;
+    const i64 half = n_rot / 2, head = (i64)threadIdx.x - ch;
+    const bool second = gptj ? (ch & 1) : ch >= half;
+    const i64 i = gptj ? ch >> 1 : (second ? ch - half : ch);
+    const float xa = tile[head + (gptj ? 2 * i : i)], xb = tile[head + (gptj ? 2 * i + 1 : i + half)];
+    const float co = cos_t[m * stride + i], si = sin_t[m * stride + i];
+    return second ? __fadd_rn(__fmul_rn(xa, si), __fmul_rn(xb, co)) : __fsub_rn(__fmul_rn(xa, co), __fmul_rn(xb, si));
+}}
+#define LD(q) __ldg((const uint4*)(w + (q) * N + col))
 extern "C" __global__ void __launch_bounds__(256) k(const {i0}* __restrict__ in0, const {i1}* __restrict__ in1, const {i2}* __restrict__ in2, const {i3}* __restrict__ in3, float eps,
         u16* out0, const u16* __restrict__ w0, const u16* r0, i64 n0, i64 end0,
         u16* out1, const u16* __restrict__ w1, const u16* r1, i64 n1, i64 end1,
         u16* out2, const u16* __restrict__ w2, const u16* r2, i64 n2, i64 end2,
-        i64 K, i64 rows, float* partial, unsigned* count) {{
+        i64 K, i64 rows, float* partial, unsigned* count,
+        const float* __restrict__ cos_t, const float* __restrict__ sin_t, i64 hd, i64 n_rot, i64 stride, int gptj, int roped) {{
     CHAIN();
     extern __shared__ float xs[];
     __shared__ float red[{WARPS}][{TILE}];
@@ -123,28 +151,32 @@ extern "C" __global__ void __launch_bounds__(256) k(const {i0}* __restrict__ in0
     const i64 tile = t - (j == 0 ? 0 : j == 1 ? end0 : end1), before = j == 0 ? 0 : j == 1 ? n0 : n0 + n1;
     const i64 col = (tile * 32 + lane) * 8;
     const i64 k0 = (i64)blockIdx.y * rows, k1 = min(K, k0 + rows);
+    const bool live = col < N;
+    i64 q = k0 + warp;
+    uint4 wa = make_uint4(0, 0, 0, 0), wb = wa, wc = wa, wd = wa;
+    if (live && q + 24 < k1) {{ wa = LD(q); wb = LD(q + 8); wc = LD(q + 16); wd = LD(q + 24); }}
 {stats}    for (i64 i = threadIdx.x; k0 + i < k1; i += 256) xs[i] = {stage};
     __syncthreads();
     float acc[8] = {{0, 0, 0, 0, 0, 0, 0, 0}};
-    if (col < N) {{
-        i64 q = k0 + warp;
-        for (; q + 24 < k1; q += 32) {{
-            uint4 a = __ldg((const uint4*)(w + q * N + col));
-            uint4 b = __ldg((const uint4*)(w + (q + 8) * N + col));
-            uint4 c = __ldg((const uint4*)(w + (q + 16) * N + col));
-            uint4 e = __ldg((const uint4*)(w + (q + 24) * N + col));
-            fma8(acc, a, xs[q - k0]); fma8(acc, b, xs[q + 8 - k0]);
-            fma8(acc, c, xs[q + 16 - k0]); fma8(acc, e, xs[q + 24 - k0]);
+    if (live) {{
+        while (q + 24 < k1) {{
+            const i64 next = q + 32;
+            uint4 na = wa, nb = wb, nc = wc, nd = wd;
+            if (next + 24 < k1) {{ na = LD(next); nb = LD(next + 8); nc = LD(next + 16); nd = LD(next + 24); }}
+            fma8(acc, wa, xs[q - k0]); fma8(acc, wb, xs[q + 8 - k0]);
+            fma8(acc, wc, xs[q + 16 - k0]); fma8(acc, wd, xs[q + 24 - k0]);
+            wa = na; wb = nb; wc = nc; wd = nd;
+            q = next;
         }}
-        for (; q < k1; q += 8) fma8(acc, __ldg((const uint4*)(w + q * N + col)), xs[q - k0]);
+        for (; q < k1; q += 8) fma8(acc, LD(q), xs[q - k0]);
     }}
-    for (int e = 0; e < 8; ++e) red[warp][lane * 8 + e] = acc[e];
+    for (int u = 0; u < 8; ++u) red[warp][lane * 8 + u] = acc[u];
     __syncthreads();
     float s = 0;
     for (int i = 0; i < {WARPS}; ++i) s += red[i][threadIdx.x];
     const i64 c = tile * {TILE} + threadIdx.x;
     if (gridDim.y == 1) {{
-        if (c < N) out[m * N + c] = {done_s};
+        {done_s}
         return;
     }}
     float* part = partial + m * (n0 + n1 + n2) + before;
@@ -155,10 +187,8 @@ extern "C" __global__ void __launch_bounds__(256) k(const {i0}* __restrict__ in0
     if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.y - 1;
     __syncthreads();
     if (!last) return;
-    if (c < N) {{
-        out[m * N + c] = {done_part};
-        part[c] = 0;
-    }}
+    {done_part}
+    if (c < N) part[c] = 0;
     if (threadIdx.x == 0) *ticket = 0;
 }}
 "#,
@@ -167,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(256) k(const {i0}* __restrict__ in0
         i2 = ins[2],
         i3 = ins[3],
         done_s = finish("s"),
-        done_part = finish("__ldcg(part + c)"),
+        done_part = finish("c < N ? __ldcg(part + c) : 0.0f"),
     );
     Some(Source { name: "few-row products", code })
 }
