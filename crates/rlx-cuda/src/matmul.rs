@@ -34,12 +34,17 @@ const PARTIAL: usize = 1 << 20;
 const COUNTS: usize = 1 << 14;
 
 /// The GEMV kernel's split-K scratch, zero between launches (each product's last blocks
-/// zero what they used), and the device's multiprocessor count that sizes the splits.
+/// zero what they used), the device's multiprocessor count, and the blocks per
+/// multiprocessor the splits aim at (`RLX_CUDA_GEMV_BLOCKS`, default [`BLOCKS_PER_SM`]).
 pub struct Split {
     partial: DevMem,
     count: DevMem,
     sms: usize,
+    per_sm: usize,
 }
+
+/// The few-row products' blocks per multiprocessor, unless `RLX_CUDA_GEMV_BLOCKS` says.
+const BLOCKS_PER_SM: usize = 4;
 
 impl Split {
     /// The device's multiprocessor count.
@@ -49,7 +54,8 @@ impl Split {
 
     pub fn new(gpu: &std::sync::Arc<Gpu>) -> rlx_runtime::Result<Split> {
         let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("reading the multiprocessor count"))?;
-        Ok(Split { partial: DevMem::zeroed(gpu, PARTIAL * 4)?, count: DevMem::zeroed(gpu, COUNTS * 4)?, sms: sms.max(1) as usize })
+        let per_sm = std::env::var("RLX_CUDA_GEMV_BLOCKS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| n > 0).unwrap_or(BLOCKS_PER_SM);
+        Ok(Split { partial: DevMem::zeroed(gpu, PARTIAL * 4)?, count: DevMem::zeroed(gpu, COUNTS * 4)?, sms: sms.max(1) as usize, per_sm })
     }
 }
 
@@ -91,11 +97,11 @@ pub(crate) fn few_rows_take(m: usize, k: usize, products: &[Product], rotary: &R
 
 /// Launches the few-row kernel `f` ([`src::products`]) over `products` (which
 /// [`few_rows_take`] takes) of `m` rows `k` deep, its prologue reading `ins`. Splits K so that
-/// about four blocks per multiprocessor run, each staging at most [`src::STAGE`] rows.
+/// the blocks per multiprocessor [`Split`] aims at run, each staging at most [`src::STAGE`] rows.
 pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f32, products: &[Product], rotary: &Rotary, (m, k): (usize, usize)) -> Result<(), String> {
     let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
     let s = &e.split;
-    let mut splits = (4 * s.sms).div_ceil(tiles * m).clamp(k.div_ceil(src::STAGE), k.div_ceil(32).max(1));
+    let mut splits = (s.per_sm * s.sms).div_ceil(tiles * m).clamp(k.div_ceil(src::STAGE), k.div_ceil(32).max(1));
     if m * width > PARTIAL || m * tiles > COUNTS {
         splits = 1;
     }
