@@ -95,10 +95,16 @@ pub(crate) fn sources(c: &Custom, dtypes: &[DType]) -> Option<Vec<Source>> {
     if c.name != NAME {
         return None;
     }
-    let f = Fused::parse(c).ok()?;
+    let f = Fused::parse(c).ok().filter(|f| dtypes.len() >= f.lead.inputs())?;
     let d = c.outputs.first()?.dtype;
+    // With more rows the pieces run apart: the lead's own kernels, the products, the tails'.
+    let lead = match &f.lead {
+        Lead::Plain => Vec::new(),
+        Lead::Rms { .. } => [source::rows::norm(Norm::Rms, d), source::rows::norm_held(Norm::Rms, d, false)].into_iter().flatten().collect(),
+        Lead::Region(r) => source::fused::region(r, &dtypes[..r.num_inputs as usize]).into_iter().collect(),
+    };
     let rope = f.rope.as_ref().and_then(|_| source::attention::rope(d, DType::F32));
-    Some(src::products(d, f.prologue(dtypes)).into_iter().chain(source::binary(BinaryOp::Add, d)).chain(rope).chain(src::staging(d)).collect())
+    Some(src::products(d, f.prologue(dtypes)).into_iter().chain(lead).chain(source::binary(BinaryOp::Add, d)).chain(rope).chain(src::staging(d)).collect())
 }
 
 /// Runs the op `c`: one few-row launch where it takes the rows, else the pieces in turn.
