@@ -1,7 +1,9 @@
 //! rlx side of the training-step benchmark: one compiled step (forward, backward, clipping,
 //! AdamW) of the `rlx demo` character GPT on batches of the demo text, timed per step.
 //! Prints one JSON line; `tools/bench/train_step.py` runs it beside PyTorch and prints ratios.
-//! Threads: `RAYON_NUM_THREADS`. Usage: `cargo bench -p rlx-cli --bench train_step -- [steps] [warmup]`.
+//! Threads: `RAYON_NUM_THREADS`. Usage: `cargo bench -p rlx-cli --bench train_step -- [steps]
+//! [warmup] [--profile]`; `--profile` then prints where a few more steps' time goes (per op
+//! kind and the slowest nodes, each node timed on its own).
 
 use rlx::models::gpt::{TARGETS, TOKENS};
 use rlx::prelude::*;
@@ -37,6 +39,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
+    if std::env::args().any(|a| a == "--profile") {
+        trainer.set_profiling(true);
+        for _ in 0..5 {
+            let (x, y) = corpus.windows(0..corpus.ids.len(), opts.batch, cfg.context, &mut rng)?;
+            trainer.step(&[(TOKENS, &x), (TARGETS, &y)])?;
+        }
+        eprintln!("{}", trainer.profile());
+    }
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
     println!(
         "{{\"peer\": \"rlx\", \"threads\": \"{threads}\", \"median_ms\": {:.3}, \"tokens_per_s\": {:.0}, \"compile_ms\": {compile_ms:.1}}}",

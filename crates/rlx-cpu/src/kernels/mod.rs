@@ -48,6 +48,16 @@ pub fn par_chunks<A: Sync, O: Send>(x: &[A], out: &mut [O], f: impl Fn(&[A], &mu
     }
 }
 
+/// `f(a, b, out)` over matching chunks of two inputs and the output, split across threads
+/// when large.
+pub fn par_chunks2<A: Sync, B: Sync, O: Send>(a: &[A], b: &[B], out: &mut [O], f: impl Fn(&[A], &[B], &mut [O]) + Sync) {
+    if a.len() < PAR_MIN {
+        f(a, b, out);
+    } else {
+        out.par_chunks_mut(PAR_MIN / 4).zip(a.par_chunks(PAR_MIN / 4).zip(b.par_chunks(PAR_MIN / 4))).for_each(|(o, (a, b))| f(a, b, o));
+    }
+}
+
 /// `out[i] = f(a[i], b[i])`, split across threads when large.
 pub fn par_map2<A: Sync + Copy, B: Sync + Copy, O: Send>(a: &[A], b: &[B], out: &mut [O], f: impl Fn(A, B) -> O + Sync) {
     if a.len() < PAR_MIN {

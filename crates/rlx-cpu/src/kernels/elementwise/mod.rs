@@ -9,12 +9,12 @@ mod spline;
 
 pub use cast::cast;
 pub(crate) use exp::exp_neg;
-pub use gelu::{gelu, gelu_in_place};
+pub use gelu::{gelu, gelu_backward, gelu_in_place};
 pub use silu::silu;
 pub use spline::{spline, spline_backward_coeff, spline_backward_x};
 
 use super::real::Real;
-use super::{by_float, par_chunks, par_map, par_map2};
+use super::{by_float, par_chunks, par_chunks2, par_map, par_map2};
 use crate::view::{broadcast_strides, for_each_broadcast, In, Out};
 use half::{bf16, f16};
 use num_complex::Complex32;
@@ -108,6 +108,10 @@ mod num_int {
 }
 
 pub fn activation_backward(kind: ActivationKind, x: In, dy: In, out: &mut Out) -> Result<(), String> {
+    if x.dtype == DType::F32 && kind == ActivationKind::Gelu {
+        par_chunks2(x.get::<f32>(), dy.get::<f32>(), out.get::<f32>(), gelu_backward);
+        return Ok(());
+    }
     by_float!(x.dtype, T => per_act!(kind, K => par_map2(x.get::<T>(), dy.get::<T>(), out.get::<T>(), |v, g| g * act_grad(K, v))))
 }
 
