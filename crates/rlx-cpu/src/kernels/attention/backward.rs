@@ -2,12 +2,15 @@
 //! no softcap, `v_head_dim = head_dim`; inputs `(q, k, v, ȳ)` plus the mask/bias, in the
 //! layouts and with the masking of the forward kernel.
 //!
-//! Per query row the logits and `dP = ȳ·Vᵀ` are recomputed (O(S_k) scratch, never S_q × S_k):
-//! `P = softmax(s)`, `dV += Pᵀ·ȳ`, `dS = P∘(dP − Σ P∘dP)`, `dQ = α·dS·K`, `dK += α·dSᵀ·Q`.
-//! `dS` is zero at masked logits (the −1e9 is a constant), so a fully masked row, whose
-//! weights are uniform, feeds only `dV`.
+//! Per block of at most [`Q_CHUNK`] queries the logits `S = QKᵀ` and `dP = ȳVᵀ` are
+//! recomputed as products (`Q_CHUNK × S_k` scratch, never `S_q × S_k`): `P = softmax(αS +
+//! bias)` over each query's kept keys, `dS = α·P∘(dP − Σ P∘dP)`, then `dQ = dS·K`, `dK +=
+//! dSᵀ·Q` and `dV += Pᵀ·ȳ` as three more, all on the GEMM kernels (operands read through their
+//! strides, nothing transposed in memory). `dS` is zero at masked logits (the −1e9 is a
+//! constant), so a fully masked row, whose weights are uniform, feeds only `dV`.
 
-use super::{dot, Heads, Masking};
+use super::{Heads, Masking};
+use crate::kernels::matmul::{gemm_slice, Mat};
 use crate::kernels::norm::through_f32;
 use crate::kernels::real::Real;
 use crate::kernels::{by_float, PAR_MIN};
@@ -31,44 +34,51 @@ struct Partial<T> {
 fn chunk<T: Real>(q: &[T], k: &[T], v: &[T], dy: &[T], d: usize, (b, h): (usize, usize), (q0, q1): (usize, usize), alpha: T, mask: &Masking<T>) -> Partial<T> {
     let s_k = k.len() / d;
     let mut g = Partial { dq: vec![T::ZERO; (q1 - q0) * d], dk: vec![T::ZERO; s_k * d], dv: vec![T::ZERO; s_k * d] };
-    let (mut keys, mut s, mut dp) = (Vec::new(), Vec::new(), Vec::new());
-    for qi in q0..q1 {
-        let (qr, dyr) = (&q[qi * d..(qi + 1) * d], &dy[qi * d..(qi + 1) * d]);
-        if !mask.any_kept(b, qi) {
-            let p = T::ONE / T::of(s_k as f64);
-            for row in g.dv.chunks_mut(d) {
-                row.iter_mut().zip(dyr).for_each(|(a, &y)| *a = *a + p * y);
+    if s_k == 0 || d == 0 {
+        return g;
+    }
+    // Keys as the right operand of `S = QKᵀ` and `dP = ȳVᵀ`: `[d, S_k]` read through strides.
+    let (kt, vt) = (Mat { data: k, rows: d, cols: s_k, strides: [1, d] }, Mat { data: v, rows: d, cols: s_k, strides: [1, d] });
+    let (mut p, mut ds) = (Vec::new(), Vec::new());
+    for r0 in (q0..q1).step_by(Q_CHUNK) {
+        let rows = (q1 - r0).min(Q_CHUNK);
+        let (qb, dyb) = (&q[r0 * d..(r0 + rows) * d], &dy[r0 * d..(r0 + rows) * d]);
+        p.resize(rows * s_k, T::ZERO);
+        ds.resize(rows * s_k, T::ZERO);
+        gemm_slice(Mat::row_major(qb, rows, d), kt, &mut p, false);
+        gemm_slice(Mat::row_major(dyb, rows, d), vt, &mut ds, false);
+        for (r, (pr, dr)) in p.chunks_mut(s_k).zip(ds.chunks_mut(s_k)).enumerate() {
+            let qi = r0 + r;
+            if !mask.any_kept(b, qi) {
+                pr.fill(T::ONE / T::of(s_k as f64));
+                dr.fill(T::ZERO);
+                continue;
             }
-            continue;
+            let (lo, hi) = mask.range(qi);
+            let kept = |j: usize| j >= lo && j < hi && mask.kept(b, j);
+            let mut m = T::of(f64::NEG_INFINITY);
+            for (j, x) in pr.iter_mut().enumerate().filter(|&(j, _)| kept(j)) {
+                *x = *x * alpha + mask.bias(b, h, qi, j);
+                m = m.max_nan(*x);
+            }
+            let mut z = T::ZERO;
+            for (j, x) in pr.iter_mut().enumerate() {
+                *x = if kept(j) { (*x - m).exp() } else { T::ZERO };
+                z = z + *x;
+            }
+            let mut row_dot = T::ZERO;
+            for (x, &dp) in pr.iter_mut().zip(dr.iter()) {
+                *x = *x / z;
+                row_dot = row_dot + *x * dp;
+            }
+            for (dp, &x) in dr.iter_mut().zip(pr.iter()) {
+                *dp = x * (*dp - row_dot) * alpha;
+            }
         }
-        let (lo, hi) = mask.range(qi);
-        keys.clear();
-        s.clear();
-        dp.clear();
-        for kj in (lo..hi).filter(|&kj| mask.kept(b, kj)) {
-            keys.push(kj);
-            s.push(dot(qr, &k[kj * d..(kj + 1) * d]) * alpha + mask.bias(b, h, qi, kj));
-            dp.push(dot(dyr, &v[kj * d..(kj + 1) * d]));
-        }
-        let m = s.iter().fold(T::of(f64::NEG_INFINITY), |m, &x| m.max_nan(x));
-        let mut z = T::ZERO;
-        for x in s.iter_mut() {
-            *x = (*x - m).exp();
-            z = z + *x;
-        }
-        let mut row_dot = T::ZERO;
-        for (p, &dpj) in s.iter_mut().zip(&dp) {
-            *p = *p / z;
-            row_dot = row_dot + *p * dpj;
-        }
-        let dq = &mut g.dq[(qi - q0) * d..(qi - q0 + 1) * d];
-        for ((&kj, &p), &dpj) in keys.iter().zip(&s).zip(&dp) {
-            let ds = p * (dpj - row_dot) * alpha;
-            let (kr, span) = (&k[kj * d..(kj + 1) * d], kj * d..(kj + 1) * d);
-            dq.iter_mut().zip(kr).for_each(|(a, &x)| *a = *a + ds * x);
-            g.dk[span.clone()].iter_mut().zip(qr).for_each(|(a, &x)| *a = *a + ds * x);
-            g.dv[span].iter_mut().zip(dyr).for_each(|(a, &y)| *a = *a + p * y);
-        }
+        let dq = &mut g.dq[(r0 - q0) * d..(r0 - q0 + rows) * d];
+        gemm_slice(Mat::row_major(&ds, rows, s_k), Mat::row_major(k, s_k, d), dq, false);
+        gemm_slice(Mat { data: &ds, rows: s_k, cols: rows, strides: [1, s_k] }, Mat::row_major(qb, rows, d), &mut g.dk, true);
+        gemm_slice(Mat { data: &p, rows: s_k, cols: rows, strides: [1, s_k] }, Mat::row_major(dyb, rows, d), &mut g.dv, true);
     }
     g
 }
@@ -178,6 +188,27 @@ mod tests {
             for (g, w) in got.iter().zip(&want) {
                 assert!((g - w).abs() < 1e-10, "{g} vs {w}");
             }
+        }
+    }
+
+    /// The f32 products (sgemm over strided operands, blocks of `Q_CHUNK` queries) against the
+    /// f64 reference, normwise per gradient.
+    #[test]
+    fn f32_gradients_track_the_float64_reference() {
+        let (s, d) = (300, 32);
+        let (q, k, v, dy) = (data(s * d, 5), data(s * d, 6), data(s * d, 7), data(s * d, 8));
+        let dims = [1usize, 1, s, d];
+        let narrow: Vec<Vec<f32>> = [&q, &k, &v, &dy].iter().map(|x| x.iter().map(|&e| e as f32).collect()).collect();
+        let ins: Vec<In> = narrow.iter().map(|x| In { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice(x) }).collect();
+        let mut bufs = [vec![0f32; s * d], vec![0f32; s * d], vec![0f32; s * d]];
+        let [b0, b1, b2] = &mut bufs;
+        let mut outs = [b0, b1, b2].map(|b| Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(b) });
+        let attrs = AttentionBackwardAll { num_heads: 1, head_dim: d, mask_kind: MaskKind::Causal };
+        attention_backward_all(&attrs, &ins, &mut outs).unwrap();
+        for (got, want) in bufs.iter().zip(naive(&q, &k, &v, &dy, d)) {
+            let scale = want.iter().fold(0f64, |m, w| m.max(w.abs()));
+            let worst = got.iter().zip(&want).fold(0f64, |m, (&g, w)| m.max((g as f64 - w).abs()));
+            assert!(worst <= 1e-5 * scale, "largest difference {worst} against a largest gradient of {scale}");
         }
     }
 }
