@@ -261,9 +261,72 @@ pub fn permuted<'a>(x: In<'a>, perm: &[usize]) -> std::borrow::Cow<'a, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
-/// `DotGeneral` (jax.lax.dot_general): both sides are permuted to `[batch, free, contract]` /
-/// `[batch, contract, free]`, then one batched product gives XLA's output order directly.
+/// Of a tensor with `dims` and row-major strides `st`: the stride that walks the axes `group`
+/// (in that order) as one index, and their extent — `None` where they do not merge (not
+/// adjacent in memory in that order).
+fn merged(dims: &[usize], st: &[usize], group: &[usize]) -> Option<(usize, usize)> {
+    let extent = group.iter().map(|&i| dims[i]).product();
+    let axes: Vec<usize> = group.iter().copied().filter(|&i| dims[i] != 1).collect();
+    axes.windows(2).all(|w| st[w[0]] == st[w[1]] * dims[w[1]]).then(|| (axes.last().map_or(1, |&i| st[i]), extent))
+}
+
+/// `DotGeneral` over f32 / f64 whose free and contracted axes each merge into one strided
+/// index on both sides: each batch item one product that reads the operands in place
+/// ([`gemm_slice`]: a transposed operand is a stride, not a copy). `false` where it does not
+/// apply.
+fn dot_general_in_place<T: Real>(d: &DotGeneral, a: In, b: In, out: &mut Out) -> bool {
+    let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
+    let (fa, fb) = (free(a.dims.len(), &d.lhs_contracting, &d.lhs_batch), free(b.dims.len(), &d.rhs_contracting, &d.rhs_batch));
+    let (sa, sb) = (strides(a.dims), strides(b.dims));
+    let parts = (merged(a.dims, &sa, &fa), merged(a.dims, &sa, &d.lhs_contracting), merged(b.dims, &sb, &d.rhs_contracting), merged(b.dims, &sb, &fb));
+    let (Some((sm, m)), Some((ska, k)), Some((skb, kb)), Some((sn, n))) = parts else { return false };
+    if k != kb {
+        return false;
+    }
+    let batch_dims: Vec<usize> = d.lhs_batch.iter().map(|&i| a.dims[i]).collect();
+    let offsets = |st: &[usize], axes: &[usize]| -> Vec<usize> {
+        let mut offs = Vec::new();
+        let walk: Vec<usize> = axes.iter().map(|&i| st[i]).collect();
+        for_each_broadcast(&batch_dims, [&walk], |_, [o]| offs.push(o));
+        offs
+    };
+    let (oa, ob) = (offsets(&sa, &d.lhs_batch), offsets(&sb, &d.rhs_batch));
+    let (xa, xb, o) = (a.get::<T>(), b.get::<T>(), out.get::<T>());
+    if m * n == 0 {
+        return true;
+    }
+    let one = |(i, c): (usize, &mut [T])| {
+        let a = Mat { data: &xa[oa[i]..], rows: m, cols: k, strides: [sm, ska] };
+        let b = Mat { data: &xb[ob[i]..], rows: k, cols: n, strides: [skb, sn] };
+        gemm_slice(a, b, c, false);
+    };
+    if oa.len() > 1 && m * n * k < PAR_FLOPS * 4 {
+        o.par_chunks_mut(m * n).enumerate().for_each(one);
+    } else {
+        o.chunks_mut(m * n).enumerate().for_each(one);
+    }
+    true
+}
+
+/// `DotGeneral` (jax.lax.dot_general): f32 / f64 products read their operands in place where
+/// the axes allow ([`dot_general_in_place`]); otherwise both sides are permuted to `[batch,
+/// free, contract]` / `[batch, contract, free]`, then one batched product gives XLA's output
+/// order directly.
 pub fn dot_general(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), String> {
+    let in_place = match (a.dtype, b.dtype) {
+        (DType::F32, DType::F32) => dot_general_in_place::<f32>(d, a, b, out),
+        (DType::F64, DType::F64) => dot_general_in_place::<f64>(d, a, b, out),
+        _ => false,
+    };
+    if in_place {
+        return Ok(());
+    }
+    dot_general_permuted(d, a, b, out)
+}
+
+/// `DotGeneral` on copies of both sides permuted to `[batch, free, contract]` / `[batch,
+/// contract, free]`.
+fn dot_general_permuted(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), String> {
     let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
     let (fa, fb) = (free(a.dims.len(), &d.lhs_contracting, &d.lhs_batch), free(b.dims.len(), &d.rhs_contracting, &d.rhs_batch));
     let size = |x: &In, axes: &[usize]| axes.iter().map(|&i| x.dims[i]).product::<usize>();

@@ -334,3 +334,30 @@ fn a_tile_is_named_by_its_name_or_its_instruction_set() {
     assert_eq!(Tile::named("portable").map(|t| t.name), Some("portable 4×8"));
     assert!(Tile::named("sve 8×8").is_none());
 }
+
+/// `DotGeneral` read in place agrees with the permuted copies it replaces, over batch axes,
+/// transposed sides, several contracted axes, and axes that do not merge (which fall back).
+#[test]
+fn dot_general_in_place_agrees_with_permuted_copies() {
+    let dg = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| DotGeneral { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contracting: lc.to_vec(), rhs_contracting: rc.to_vec() };
+    let cases: [(Vec<usize>, Vec<usize>, DotGeneral, Vec<usize>, bool); 6] = [
+        (vec![96, 40], vec![96, 24], dg(&[], &[], &[0], &[0]), vec![40, 24], true),
+        (vec![40, 96], vec![24, 96], dg(&[], &[], &[1], &[1]), vec![40, 24], true),
+        (vec![3, 20, 16], vec![3, 16, 12], dg(&[0], &[0], &[2], &[1]), vec![3, 20, 12], true),
+        (vec![3, 16, 20], vec![12, 3, 16], dg(&[0], &[1], &[1], &[2]), vec![3, 20, 12], true),
+        (vec![6, 5, 7], vec![6, 5, 9], dg(&[], &[], &[0, 1], &[0, 1]), vec![7, 9], true),
+        (vec![6, 5, 7], vec![5, 6, 9], dg(&[], &[], &[0, 1], &[1, 0]), vec![7, 9], false),
+    ];
+    for (i, (da, db, d, dout, merges)) in cases.into_iter().enumerate() {
+        let (xa, xb) = (random(da.iter().product(), 7 + i as u64), random(db.iter().product(), 70 + i as u64));
+        let (a, b) = (In { dtype: DType::F32, dims: &da, bytes: bytemuck::cast_slice(&xa) }, In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&xb) });
+        let (mut got, mut want) = (vec![f32::NAN; dout.iter().product()], vec![f32::NAN; dout.iter().product()]);
+        let ran = dot_general_in_place::<f32>(&d, a, b, &mut Out { dtype: DType::F32, dims: &dout, bytes: bytemuck::cast_slice_mut(&mut got) });
+        assert_eq!(ran, merges, "case {i}: whether its axes merge");
+        dot_general(&d, a, b, &mut Out { dtype: DType::F32, dims: &dout, bytes: bytemuck::cast_slice_mut(&mut got) }).unwrap();
+        dot_general_permuted(&d, a, b, &mut Out { dtype: DType::F32, dims: &dout, bytes: bytemuck::cast_slice_mut(&mut want) }).unwrap();
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got.iter().zip(&want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        assert!(worst <= 1e-5 * scale, "case {i}: {worst} against {scale}");
+    }
+}
