@@ -340,7 +340,9 @@ fn a_tile_is_named_by_its_name_or_its_instruction_set() {
 #[test]
 fn dot_general_in_place_agrees_with_permuted_copies() {
     let dg = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| DotGeneral { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contracting: lc.to_vec(), rhs_contracting: rc.to_vec() };
-    let cases: [(Vec<usize>, Vec<usize>, DotGeneral, Vec<usize>, bool); 6] = [
+    // (lhs dims, rhs dims, dimension numbers, output dims, whether the axes merge)
+    type Case = (Vec<usize>, Vec<usize>, DotGeneral, Vec<usize>, bool);
+    let cases: [Case; 6] = [
         (vec![96, 40], vec![96, 24], dg(&[], &[], &[0], &[0]), vec![40, 24], true),
         (vec![40, 96], vec![24, 96], dg(&[], &[], &[1], &[1]), vec![40, 24], true),
         (vec![3, 20, 16], vec![3, 16, 12], dg(&[0], &[0], &[2], &[1]), vec![3, 20, 12], true),
