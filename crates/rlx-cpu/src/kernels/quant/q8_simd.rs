@@ -8,7 +8,7 @@
 //! the f32 steps are the portable kernel's, so every kernel gives the same bits.
 
 use super::panels::{Kernels, Panels, Sums, PORTABLE};
-use super::q8::{Q8Rows, QK, ROW_TILE};
+use super::q8::{Q8Rows, QK};
 use rlx_ir::ops::quant::GgufType;
 
 /// The fastest kernels this CPU runs: AVX-512 VNNI, AVX2, or the portable ones.
@@ -23,6 +23,9 @@ pub(super) fn available() -> Vec<(&'static str, Kernels)> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
         if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512bw") {
+            if is_x86_feature_detected!("avx512f") {
+                out.push(("vnni512", Kernels { blocks: vnni512, super_blocks: super::q8k_simd::vnni }));
+            }
             out.push(("vnni", Kernels { blocks: vnni, super_blocks: super::q8k_simd::vnni }));
         }
         out.push(("avx2", Kernels { blocks: avx2, super_blocks: super::q8k_simd::avx2 }));
@@ -36,6 +39,9 @@ use std::arch::x86_64::*;
 /// One instantiation: panel `p` × `R` activation rows from `m0`.
 #[cfg(target_arch = "x86_64")]
 type Fixed = unsafe fn(&Panels, usize, &Q8Rows, usize, &mut Sums);
+
+/// The most activation rows of one instantiation of the 256-bit kernels.
+pub(super) const TILE: usize = 4;
 
 /// The instantiations of a kernel `$k` for a code form, by row count.
 macro_rules! by_rows {
@@ -62,13 +68,13 @@ macro_rules! forms {
     };
 }
 
-/// Runs the instantiation for `w`'s type and `rows`.
+/// Runs the instantiations for `w`'s type over `rows`, [`TILE`] at a time.
 ///
 /// # Safety
-/// The instantiations' features must be present; `1 ≤ rows ≤ ROW_TILE`, and `p`, `m0 + rows`
+/// The instantiations' features must be present; `1 ≤ rows ≤ out.len()`, and `p`, `m0 + rows`
 /// inside `w` and `a`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn pick(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums, table: [[Fixed; ROW_TILE]; 5]) {
+unsafe fn pick(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums, table: [[Fixed; TILE]; 5]) {
     let form = match w.t {
         GgufType::Q4_0 => 0,
         GgufType::Q4_1 => 1,
@@ -76,7 +82,9 @@ unsafe fn pick(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &m
         GgufType::Q5_1 => 3,
         _ => 4,
     };
-    table[form][rows - 1](w, p, a, m0, out)
+    for c in (0..rows).step_by(TILE) {
+        table[form][TILE.min(rows - c) - 1](w, p, a, m0 + c, &mut out[c..])
+    }
 }
 
 /// The AVX2 kernel; only [`available`] hands it out.
@@ -84,6 +92,18 @@ unsafe fn pick(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &m
 fn avx2(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums) {
     // Safety: `available` checked AVX2, FMA and F16C; `Panels::matmul` passes rows inside.
     unsafe { pick(w, p, a, m0, rows, out, forms!(panel_avx2)) }
+}
+
+/// The 512-bit AVX-512 VNNI kernel of [`super::q8_zmm`] for the types it takes, else [`vnni`];
+/// only [`available`] hands it out.
+#[cfg(target_arch = "x86_64")]
+fn vnni512(w: &Panels, p: usize, a: &Q8Rows, m0: usize, rows: usize, out: &mut Sums) {
+    if super::q8_zmm::supports(w.t) {
+        // Safety: `available` checked AVX2, FMA, F16C and AVX-512 F, VNNI, VL and BW; rows inside.
+        unsafe { super::q8_zmm::run(w, p, a, m0, rows, out) }
+    } else {
+        vnni(w, p, a, m0, rows, out)
+    }
 }
 
 /// The AVX-512 VNNI kernel; only [`available`] hands it out.

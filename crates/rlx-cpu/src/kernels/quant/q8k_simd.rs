@@ -8,7 +8,7 @@
 //! gives the same bits.
 
 use super::panels::{Panels, Sums};
-use super::q8::ROW_TILE;
+use super::q8_simd::TILE;
 use super::q8k::{Q8KRows, GROUP, QK_K};
 use rlx_ir::ops::quant::GgufType;
 
@@ -30,19 +30,21 @@ macro_rules! table {
     };
 }
 
-/// Runs the instantiation for `w`'s type and `rows`.
+/// Runs the instantiations for `w`'s type over `rows`, [`TILE`] at a time.
 ///
 /// # Safety
-/// The instantiations' features must be present; `1 ≤ rows ≤ ROW_TILE`, and `p`, `m0 + rows`
+/// The instantiations' features must be present; `1 ≤ rows ≤ out.len()`, and `p`, `m0 + rows`
 /// inside `w` and `a`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn pick(w: &Panels, p: usize, a: &Q8KRows, m0: usize, rows: usize, out: &mut Sums, table: [[Fixed; ROW_TILE]; 3]) {
+unsafe fn pick(w: &Panels, p: usize, a: &Q8KRows, m0: usize, rows: usize, out: &mut Sums, table: [[Fixed; TILE]; 3]) {
     let form = match w.t {
         GgufType::Q4_K => 0,
         GgufType::Q5_K => 1,
         _ => 2,
     };
-    table[form][rows - 1](w, p, a, m0, out)
+    for c in (0..rows).step_by(TILE) {
+        table[form][TILE.min(rows - c) - 1](w, p, a, m0 + c, &mut out[c..])
+    }
 }
 
 /// The AVX2 kernel; only `q8_simd::available` hands it out.
