@@ -82,27 +82,44 @@ pub(crate) struct Rotary {
     pub gptj: bool,
 }
 
+/// The products' total width and their tiles of [`TILE`] columns.
+fn extent(products: &[Product]) -> (usize, usize) {
+    products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)))
+}
+
+/// Whether the split-K scratch holds the f32 sums and tile counters of `m` rows of products
+/// `width` wide in `tiles` tiles.
+fn scratch_holds(m: usize, width: usize, tiles: usize) -> bool {
+    m * width <= PARTIAL && m * tiles <= COUNTS
+}
+
+/// Whether a product `n` wide, rotated over heads of `head_dim` with `n_rot` channels each,
+/// holds whole heads that tile the few-row kernel's columns, so each block rotates its own.
+pub(crate) fn whole_heads(n: usize, head_dim: usize, n_rot: usize) -> bool {
+    head_dim > 0 && TILE % head_dim == 0 && n % head_dim == 0 && n_rot % 2 == 0 && n_rot <= head_dim
+}
+
 /// Whether the few-row kernel takes products of these widths over `m` rows `k` deep: at most
 /// [`GEMV_ROWS`] rows and [`src::GROUP`] products, widths multiples of 8, weights 16-byte
 /// aligned, either the split-K scratch holds the sums or one block's rows fit its stage, and
-/// rotated products of whole heads that tile the kernel's 256 columns.
+/// rotated products of [`whole_heads`].
 pub(crate) fn few_rows_take(m: usize, k: usize, products: &[Product], rotary: &Rotary) -> bool {
-    let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
-    let heads = |p: &Product| !p.rotated || (rotary.head_dim > 0 && TILE % rotary.head_dim == 0 && p.n % rotary.head_dim == 0 && rotary.n_rot <= rotary.head_dim);
+    let (width, tiles) = extent(products);
+    let heads = |p: &Product| !p.rotated || whole_heads(p.n, rotary.head_dim, rotary.n_rot);
     (1..=GEMV_ROWS).contains(&m)
         && (1..=src::GROUP).contains(&products.len())
         && products.iter().all(|p| p.n % 8 == 0 && p.n > 0 && p.w % 16 == 0 && heads(p))
-        && (m * width <= PARTIAL && m * tiles <= COUNTS || k <= src::STAGE)
+        && (scratch_holds(m, width, tiles) || k <= src::STAGE)
 }
 
 /// Launches the few-row kernel `f` ([`src::products`]) over `products` (which
 /// [`few_rows_take`] takes) of `m` rows `k` deep, its prologue reading `ins`. Splits K so that
 /// the blocks per multiprocessor [`Split`] aims at run, each staging at most [`src::STAGE`] rows.
 pub(crate) fn few_rows(e: &CudaEngine, f: sys::CUfunction, ins: [u64; 4], eps: f32, products: &[Product], rotary: &Rotary, (m, k): (usize, usize)) -> Result<(), String> {
-    let (width, tiles) = products.iter().fold((0, 0), |(w, t), p| (w + p.n, t + p.n.div_ceil(TILE)));
+    let (width, tiles) = extent(products);
     let s = &e.split;
     let mut splits = (s.per_sm * s.sms).div_ceil(tiles * m).clamp(k.div_ceil(src::STAGE), k.div_ceil(32).max(1));
-    if m * width > PARTIAL || m * tiles > COUNTS {
+    if !scratch_holds(m, width, tiles) {
         splits = 1;
     }
     let rows = k.div_ceil(splits).next_multiple_of(8).min(k.max(1));

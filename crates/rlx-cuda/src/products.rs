@@ -9,9 +9,9 @@
 
 use crate::attention;
 use crate::engine::{numel, CudaEngine};
-use crate::matmul::{self, few_rows, few_rows_take, Product, Rotary, GEMV_ROWS};
+use crate::matmul::{self, few_rows, few_rows_take, whole_heads, Product, Rotary, GEMV_ROWS};
 use crate::memory::DevMem;
-use crate::source::matmul::{self as src, Prologue, GROUP, TILE};
+use crate::source::matmul::{self as src, Prologue, GROUP};
 use crate::source::{self, rows::Norm, Source};
 use crate::{fuse, rows};
 use rlx_ir::ops::attention::{Rope, RopeStyle};
@@ -194,6 +194,16 @@ enum Found {
     Rope(Rope, ValueId, ValueId),
 }
 
+impl Found {
+    /// The embedding and its tables, for a rotation.
+    fn rope(&self) -> Option<(Rope, ValueId, ValueId)> {
+        match self {
+            Found::Rope(r, cos, sin) => Some((r.clone(), *cos, *sin)),
+            Found::Residual(_) => None,
+        }
+    }
+}
+
 /// One group found in the source graph: its lead node (a norm or region, if any), products
 /// and the nodes that follow them, all of these nodes, and the last of them, where the op goes.
 struct Group {
@@ -248,9 +258,9 @@ pub(crate) fn rewrite(graph: &Graph) -> Option<Graph> {
         let lead = lead_of(graph, x, &products, used_by(x), outputs.contains(&x));
         let mut tails: Vec<Option<(NodeId, Found)>> = products.iter().map(|&p| tail_of(graph, p, &products, used_by(ValueId::new(p, 0)), outputs.contains(&ValueId::new(p, 0)))).collect();
         // One embedding and one pair of tables for the op: the first rotated product's.
-        let first = tails.iter().flatten().find_map(|(_, f)| if let Found::Rope(r, c, s) = f { Some((r.clone(), *c, *s)) } else { None });
+        let first = tails.iter().flatten().find_map(|(_, f)| f.rope());
         for t in &mut tails {
-            if matches!(t, Some((_, Found::Rope(r, c, s))) if Some((r.clone(), *c, *s)) != first) {
+            if t.as_ref().is_some_and(|(_, f)| f.rope().is_some_and(|r| Some(r) != first)) {
                 *t = None;
             }
         }
@@ -295,7 +305,7 @@ fn tail_of(graph: &Graph, p: NodeId, products: &[NodeId], users: &[NodeId], outp
             let (dims, table) = (ty.shape.dims(), graph.ty(cos));
             let n = dims.last()?.as_static()?;
             let rows = table.shape.dims();
-            let heads = r.head_dim > 0 && TILE % r.head_dim == 0 && n % r.head_dim == 0 && r.n_rot % 2 == 0 && r.n_rot <= r.head_dim;
+            let heads = whole_heads(n, r.head_dim, r.n_rot);
             let tables = table.dtype == DType::F32 && graph.ty(sin) == table && rows.len() == 2 && rows[0] == dims[0] && rows[1] == Dim::Static(r.n_rot / 2);
             (heads && tables).then(|| Found::Rope(r.clone(), cos, sin))?
         }
@@ -353,7 +363,7 @@ fn build(graph: &Graph, groups: &[Group]) -> Option<Graph> {
         };
         inputs.extend(g.products.iter().map(|&p| graph.node(p).inputs[1]));
         inputs.extend(g.tails.iter().flatten().filter_map(|(_, f)| if let Found::Residual(r) = f { Some(*r) } else { None }));
-        let rope = g.tails.iter().flatten().find_map(|(_, f)| if let Found::Rope(r, c, s) = f { Some((r.clone(), *c, *s)) } else { None });
+        let rope = g.tails.iter().flatten().find_map(|(_, f)| f.rope());
         if let Some((_, cos, sin)) = &rope {
             inputs.extend([*cos, *sin]);
         }

@@ -172,19 +172,25 @@ mod tests {
         [dq, dk, dv]
     }
 
+    /// dQ, dK, dV of one causal head of `[s, d]` operands in dtype `dtype` (element type `T`).
+    fn causal_grads<T: bytemuck::Pod + Default>(dtype: DType, operands: [&[T]; 4], s: usize, d: usize) -> [Vec<T>; 3] {
+        let dims = [1usize, 1, s, d];
+        let ins: Vec<In> = operands.iter().map(|x| In { dtype, dims: &dims, bytes: bytemuck::cast_slice(x) }).collect();
+        let mut bufs = [vec![T::default(); s * d], vec![T::default(); s * d], vec![T::default(); s * d]];
+        let [b0, b1, b2] = &mut bufs;
+        let mut outs = [b0, b1, b2].map(|b| Out { dtype, dims: &dims, bytes: bytemuck::cast_slice_mut(b) });
+        let attrs = AttentionBackwardAll { num_heads: 1, head_dim: d, mask_kind: MaskKind::Causal };
+        attention_backward_all(&attrs, &ins, &mut outs).unwrap();
+        bufs
+    }
+
     #[test]
     fn split_heads_sum_their_partial_key_gradients() {
         // One head of 300 queries: split across threads into query chunks whose dK/dV add up.
         let (s, d) = (300, 8);
         let (q, k, v, dy) = (data(s * d, 1), data(s * d, 2), data(s * d, 3), data(s * d, 4));
-        let dims = [1usize, 1, s, d];
-        let ins: Vec<In> = [&q, &k, &v, &dy].iter().map(|x| In { dtype: DType::F64, dims: &dims, bytes: bytemuck::cast_slice(x) }).collect();
-        let mut bufs = [vec![0f64; s * d], vec![0f64; s * d], vec![0f64; s * d]];
-        let [b0, b1, b2] = &mut bufs;
-        let mut outs = [b0, b1, b2].map(|b| Out { dtype: DType::F64, dims: &dims, bytes: bytemuck::cast_slice_mut(b) });
-        let attrs = AttentionBackwardAll { num_heads: 1, head_dim: d, mask_kind: MaskKind::Causal };
-        attention_backward_all(&attrs, &ins, &mut outs).unwrap();
-        for (got, want) in bufs.iter().zip(naive(&q, &k, &v, &dy, d)) {
+        let got = causal_grads(DType::F64, [&q, &k, &v, &dy], s, d);
+        for (got, want) in got.iter().zip(naive(&q, &k, &v, &dy, d)) {
             for (g, w) in got.iter().zip(&want) {
                 assert!((g - w).abs() < 1e-10, "{g} vs {w}");
             }
@@ -197,15 +203,9 @@ mod tests {
     fn f32_gradients_track_the_float64_reference() {
         let (s, d) = (300, 32);
         let (q, k, v, dy) = (data(s * d, 5), data(s * d, 6), data(s * d, 7), data(s * d, 8));
-        let dims = [1usize, 1, s, d];
         let narrow: Vec<Vec<f32>> = [&q, &k, &v, &dy].iter().map(|x| x.iter().map(|&e| e as f32).collect()).collect();
-        let ins: Vec<In> = narrow.iter().map(|x| In { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice(x) }).collect();
-        let mut bufs = [vec![0f32; s * d], vec![0f32; s * d], vec![0f32; s * d]];
-        let [b0, b1, b2] = &mut bufs;
-        let mut outs = [b0, b1, b2].map(|b| Out { dtype: DType::F32, dims: &dims, bytes: bytemuck::cast_slice_mut(b) });
-        let attrs = AttentionBackwardAll { num_heads: 1, head_dim: d, mask_kind: MaskKind::Causal };
-        attention_backward_all(&attrs, &ins, &mut outs).unwrap();
-        for (got, want) in bufs.iter().zip(naive(&q, &k, &v, &dy, d)) {
+        let got = causal_grads(DType::F32, [&narrow[0], &narrow[1], &narrow[2], &narrow[3]], s, d);
+        for (got, want) in got.iter().zip(naive(&q, &k, &v, &dy, d)) {
             let scale = want.iter().fold(0f64, |m, w| m.max(w.abs()));
             let worst = got.iter().zip(&want).fold(0f64, |m, (&g, w)| m.max((g as f64 - w).abs()));
             assert!(worst <= 1e-5 * scale, "largest difference {worst} against a largest gradient of {scale}");

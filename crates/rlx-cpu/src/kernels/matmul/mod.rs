@@ -261,6 +261,12 @@ pub fn permuted<'a>(x: In<'a>, perm: &[usize]) -> std::borrow::Cow<'a, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The free axes (neither batch nor contracted) of `DotGeneral`'s sides of ranks `ra`, `rb`.
+fn free_axes(d: &DotGeneral, ra: usize, rb: usize) -> (Vec<usize>, Vec<usize>) {
+    let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
+    (free(ra, &d.lhs_contracting, &d.lhs_batch), free(rb, &d.rhs_contracting, &d.rhs_batch))
+}
+
 /// Of a tensor with `dims` and row-major strides `st`: the stride that walks the axes `group`
 /// (in that order) as one index, and their extent — `None` where they do not merge (not
 /// adjacent in memory in that order).
@@ -275,8 +281,7 @@ fn merged(dims: &[usize], st: &[usize], group: &[usize]) -> Option<(usize, usize
 /// ([`gemm_slice`]: a transposed operand is a stride, not a copy). `false` where it does not
 /// apply.
 fn dot_general_in_place<T: Real>(d: &DotGeneral, a: In, b: In, out: &mut Out) -> bool {
-    let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
-    let (fa, fb) = (free(a.dims.len(), &d.lhs_contracting, &d.lhs_batch), free(b.dims.len(), &d.rhs_contracting, &d.rhs_batch));
+    let (fa, fb) = free_axes(d, a.dims.len(), b.dims.len());
     let (sa, sb) = (strides(a.dims), strides(b.dims));
     let parts = (merged(a.dims, &sa, &fa), merged(a.dims, &sa, &d.lhs_contracting), merged(b.dims, &sb, &d.rhs_contracting), merged(b.dims, &sb, &fb));
     let (Some((sm, m)), Some((ska, k)), Some((skb, kb)), Some((sn, n))) = parts else { return false };
@@ -327,8 +332,7 @@ pub fn dot_general(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), St
 /// `DotGeneral` on copies of both sides permuted to `[batch, free, contract]` / `[batch,
 /// contract, free]`.
 fn dot_general_permuted(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(), String> {
-    let free = |rank: usize, c: &[usize], bt: &[usize]| -> Vec<usize> { (0..rank).filter(|i| !c.contains(i) && !bt.contains(i)).collect() };
-    let (fa, fb) = (free(a.dims.len(), &d.lhs_contracting, &d.lhs_batch), free(b.dims.len(), &d.rhs_contracting, &d.rhs_batch));
+    let (fa, fb) = free_axes(d, a.dims.len(), b.dims.len());
     let size = |x: &In, axes: &[usize]| axes.iter().map(|&i| x.dims[i]).product::<usize>();
     let (batch, m, k, n) = (size(&a, &d.lhs_batch), size(&a, &fa), size(&a, &d.lhs_contracting), size(&b, &fb));
     let pa: Vec<usize> = d.lhs_batch.iter().chain(&fa).chain(&d.lhs_contracting).copied().collect();
