@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""f32 GEMM: rlx's MatMul kernel against NumPy's sgemm (OpenBLAS) in one run.
+"""f32 GEMM: rlx's MatMul kernel against NumPy's sgemm (OpenBLAS) and PyTorch's `torch.mm`
+(MKL on x86 wheels) in one run.
 
 For each thread count and round, every shape runs once in rlx (the bench binary
 `cargo bench -p rlx-cpu --bench gemm`, `--reps` timed calls after a warm-up) and then in
@@ -8,14 +9,16 @@ threads with threadpoolctl), alternating; after each NumPy run the script pauses
 so that OpenBLAS's worker threads, which spin for a while after a call, are idle again before
 rlx runs on the same cores. Each side warms up for at least 0.3 s before its timed calls: a
 core left idle runs the first ~100 ms of a two-thread product at about one thread's speed. Prints per shape and thread count the median over
-rounds of each side's median GFLOP/s (2*M*K*N flops per call), the speed ratio
-rlx / OpenBLAS (above 1: rlx is faster) and each side's share of the FMA peak, which the
+rounds of each side's median GFLOP/s (2*M*K*N flops per call), the speed ratios
+rlx / OpenBLAS and rlx / MKL (above 1: rlx is faster) and each side's share of the FMA peak, which the
 bench binary measures first per thread count (`--peak`: the best of many short runs of
 independent register-only FMAs on every thread, the faster of the AVX-512 and AVX2 forms).
 
 Usage: python3 tools/bench/gemm.py [--rounds 5] [--reps 20] [--threads 1 2] [--shape M,K,N ...]
                                   [--rlx-bin PATH]
-Needs numpy and threadpoolctl (e.g. /work/.anchors/venv/bin/python). `--rlx-bin` runs an
+Needs numpy and threadpoolctl (e.g. /work/.anchors/venv/bin/python); torch is optional (its column
+is left out, with a note, where it is missing; `--no-mkl` leaves it out too). torch runs in
+this process with `torch.set_num_threads`, paused after like NumPy (its OpenMP threads spin too). `--rlx-bin` runs an
 already built bench binary (on a machine without the Rust toolchain) instead of building one.
 """
 
@@ -87,6 +90,39 @@ def numpy_gflops(shape, threads, reps, warmup=3, warm_s=0.3):
     return 2 * m * k * n / statistics.median(times) / 1e9
 
 
+def torch_gflops(torch, shape, threads, reps, warmup=3, warm_s=0.3):
+    """`torch.mm` into a preallocated output at `threads` intra-op threads (MKL's sgemm)."""
+    m, k, n = shape
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand((m, k), generator=g) * 2 - 1
+    b = torch.rand((k, n), generator=g) * 2 - 1
+    c = torch.empty((m, n))
+    torch.set_num_threads(threads)
+    times = []
+    start = time.perf_counter()
+    while warmup > 0 or time.perf_counter() - start < warm_s:
+        torch.mm(a, b, out=c)
+        warmup -= 1
+    for _ in range(reps):
+        t = time.perf_counter()
+        torch.mm(a, b, out=c)
+        times.append(time.perf_counter() - t)
+    return 2 * m * k * n / statistics.median(times) / 1e9
+
+
+def load_torch(wanted):
+    """torch where it is wanted and installed, else None (and why, on stdout)."""
+    if not wanted:
+        return None
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed here: no MKL column")
+        return None
+    print("torch %s, MKL %s" % (torch.__version__, "yes" if torch.backends.mkl.is_available() else "no (another BLAS)"))
+    return torch
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -95,26 +131,36 @@ def main():
     ap.add_argument("--shape", action="append", help="M,K,N (repeatable); default: the BENCHMARKS.md shapes")
     ap.add_argument("--pause", type=float, default=0.5, help="seconds to wait after each NumPy run")
     ap.add_argument("--rlx-bin", help="a built `gemm` bench binary (default: build it with cargo)")
+    ap.add_argument("--no-mkl", action="store_true", help="leave out torch.mm")
     a = ap.parse_args()
+    torch = load_torch(not a.no_mkl)
     shapes = [tuple(int(x) for x in s.split(",")) for s in a.shape] if a.shape else SHAPES
     exe = os.path.abspath(a.rlx_bin) if a.rlx_bin else bench_binary()
     blas = [(i["internal_api"], i["version"], i.get("architecture")) for i in threadpool_info() if i["user_api"] == "blas"]
     print("NumPy %s, BLAS %s; %d rounds x %d reps, medians" % (np.__version__, blas, a.rounds, a.reps))
     peaks = {t: peak_gflops(exe, t) for t in a.threads}
     print("FMA peak GFLOP/s: %s" % ", ".join("%d thread(s) %.1f" % (t, p) for t, p in peaks.items()))
-    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS | rlx % peak | OpenBLAS % peak |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    mkl = " MKL GFLOP/s | rlx / MKL | MKL % peak |" if torch else ""
+    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS |%s rlx % peak | OpenBLAS % peak |" % mkl)
+    print("|---|---|---|---|---|---|---|%s---|---|" % ("---|---|---|" if torch else ""))
     for threads in a.threads:
-        runs = {s: ([], []) for s in shapes}
+        runs = {s: ([], [], []) for s in shapes}
         for _ in range(a.rounds):
             for s in shapes:
                 runs[s][0].append(rlx_gflops(exe, s, threads, a.reps))
                 runs[s][1].append(numpy_gflops(s, threads, a.reps))
                 time.sleep(a.pause)
+                if torch:
+                    runs[s][2].append(torch_gflops(torch, s, threads, a.reps))
+                    time.sleep(a.pause)
         for s in shapes:
-            r, p = (statistics.median(x) for x in runs[s])
+            r, p = (statistics.median(x) for x in runs[s][:2])
             pk = peaks[threads] / 100
-            print("| %d | %d | %d | %d | %.1f | %.1f | %.2f | %.0f | %.0f |" % (*s, threads, r, p, r / p, r / pk, p / pk), flush=True)
+            m = ""
+            if torch:
+                t = statistics.median(runs[s][2])
+                m = " %.1f | %.2f | %.0f |" % (t, r / t, t / pk)
+            print("| %d | %d | %d | %d | %.1f | %.1f | %.2f |%s %.0f | %.0f |" % (*s, threads, r, p, r / p, m, r / pk, p / pk), flush=True)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ fn chunk<T: Real>(q: &[T], k: &[T], v: &[T], dy: &[T], d: usize, (b, h): (usize,
         let (qb, dyb) = (&q[r0 * d..(r0 + rows) * d], &dy[r0 * d..(r0 + rows) * d]);
         p.resize(rows * s_k, T::ZERO);
         ds.resize(rows * s_k, T::ZERO);
-        gemm_slice(Mat::row_major(qb, rows, d), kt, &mut p, false);
-        gemm_slice(Mat::row_major(dyb, rows, d), vt, &mut ds, false);
+        gemm_slice(Mat::row_major(qb, rows, d), kt, &mut p, false, false);
+        gemm_slice(Mat::row_major(dyb, rows, d), vt, &mut ds, false, false);
         for (r, (pr, dr)) in p.chunks_mut(s_k).zip(ds.chunks_mut(s_k)).enumerate() {
             let qi = r0 + r;
             if !mask.any_kept(b, qi) {
@@ -76,9 +76,9 @@ fn chunk<T: Real>(q: &[T], k: &[T], v: &[T], dy: &[T], d: usize, (b, h): (usize,
             }
         }
         let dq = &mut g.dq[(r0 - q0) * d..(r0 - q0 + rows) * d];
-        gemm_slice(Mat::row_major(&ds, rows, s_k), Mat::row_major(k, s_k, d), dq, false);
-        gemm_slice(Mat { data: &ds, rows: s_k, cols: rows, strides: [1, s_k] }, Mat::row_major(qb, rows, d), &mut g.dk, true);
-        gemm_slice(Mat { data: &p, rows: s_k, cols: rows, strides: [1, s_k] }, Mat::row_major(dyb, rows, d), &mut g.dv, true);
+        gemm_slice(Mat::row_major(&ds, rows, s_k), Mat::row_major(k, s_k, d), dq, false, false);
+        gemm_slice(Mat { data: &ds, rows: s_k, cols: rows, strides: [1, s_k] }, Mat::row_major(qb, rows, d), &mut g.dk, true, false);
+        gemm_slice(Mat { data: &p, rows: s_k, cols: rows, strides: [1, s_k] }, Mat::row_major(dyb, rows, d), &mut g.dv, true, false);
     }
     g
 }

@@ -221,14 +221,19 @@ fn for_chunks<T: Send>(out: &mut [T], chunk: usize, work: usize, f: impl Fn(usiz
     if chunk == 0 {
         return;
     }
-    let pieces = out.len() / chunk;
-    let threads = rayon::current_num_threads();
-    let big_pieces = work >= (1 << 18);
-    if pieces > 1 && pieces * work >= PAR_MIN && (pieces >= threads || !big_pieces) {
+    if splits(out.len(), chunk, work) {
         out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     } else {
         out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     }
+}
+
+/// Whether [`for_chunks`] runs the `chunk`-sized pieces of `len` elements on several threads
+/// (a GEMM inside a piece then stays on its thread).
+fn splits(len: usize, chunk: usize, work: usize) -> bool {
+    let pieces = len / chunk.max(1);
+    let big_pieces = work >= (1 << 18);
+    pieces > 1 && pieces * work >= PAR_MIN && (pieces >= rayon::current_num_threads() || !big_pieces)
 }
 
 /// Channel geometry of a (transposed) conv: batch, channels on both sides, groups.
@@ -252,16 +257,17 @@ pub fn conv_forward<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g: &
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
     let rows = cig * g.taps();
+    let parallel = !splits(out.len(), cog * o, cog * rows * o);
     for_chunks(out, cog * o, cog * rows * o, |ng, chunk| {
         let (b, gi) = (ng / ch.groups, ng % ch.groups);
         let xs = &x[(b * ch.c_in + gi * cig) * bi..][..cig * bi];
         let wg = &w[gi * cog * rows..][..cog * rows];
         if g.pointwise() {
-            gemm_slice(Mat::row_major(wg, cog, rows), Mat::row_major(xs, rows, o), chunk, false);
+            gemm_slice(Mat::row_major(wg, cog, rows), Mat::row_major(xs, rows, o), chunk, false, parallel);
         } else {
             let mut col = vec![T::ZERO; rows * o];
             im2col(xs, cig, g, &mut col);
-            gemm_slice(Mat::row_major(wg, cog, rows), Mat::row_major(&col, rows, o), chunk, false);
+            gemm_slice(Mat::row_major(wg, cog, rows), Mat::row_major(&col, rows, o), chunk, false, parallel);
         }
     });
     Ok(())
@@ -564,16 +570,17 @@ pub fn conv_transpose<T: Real>(x: &[T], w: &[T], out: &mut [T], ch: Channels, g:
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
     let rows = cog * g.taps();
+    let parallel = !splits(out.len(), cog * bi, rows * cig * o);
     for_chunks(out, cog * bi, rows * cig * o, |ng, chunk| {
         let (b, gi) = (ng / ch.groups, ng % ch.groups);
         let xs = &x[(b * ch.c_in + gi * cig) * o..][..cig * o];
         let wg = &w[gi * cig * rows..][..cig * rows];
         chunk.fill(T::ZERO);
         if g.pointwise() {
-            gemm_slice(Mat { data: wg, rows, cols: cig, strides: [1, rows] }, Mat::row_major(xs, cig, o), chunk, false);
+            gemm_slice(Mat { data: wg, rows, cols: cig, strides: [1, rows] }, Mat::row_major(xs, cig, o), chunk, false, parallel);
         } else {
             let mut col = vec![T::ZERO; rows * o];
-            gemm_slice(Mat { data: wg, rows, cols: cig, strides: [1, rows] }, Mat::row_major(xs, cig, o), &mut col, false);
+            gemm_slice(Mat { data: wg, rows, cols: cig, strides: [1, rows] }, Mat::row_major(xs, cig, o), &mut col, false, parallel);
             col2im(&col, cog, g, chunk);
         }
     });
@@ -585,6 +592,7 @@ pub fn conv_backward_weight<T: Real>(x: &[T], dy: &[T], dw: &mut [T], ch: Channe
     let (cig, cog) = (ch.c_in / ch.groups, ch.c_out / ch.groups);
     let (bi, o) = (g.big_cells(), g.small_cells());
     let rows = cig * g.taps();
+    let parallel = !splits(dw.len(), cog * rows, ch.n * cog * rows * o);
     for_chunks(dw, cog * rows, ch.n * cog * rows * o, |gi, chunk| {
         if ch.n == 0 {
             chunk.fill(T::ZERO);
@@ -599,7 +607,7 @@ pub fn conv_backward_weight<T: Real>(x: &[T], dy: &[T], dw: &mut [T], ch: Channe
                 im2col(xs, cig, g, &mut col);
                 &col
             };
-            gemm_slice(Mat::row_major(dys, cog, o), Mat { data: cols, rows: o, cols: rows, strides: [1, o] }, chunk, b > 0);
+            gemm_slice(Mat::row_major(dys, cog, o), Mat { data: cols, rows: o, cols: rows, strides: [1, o] }, chunk, b > 0, parallel);
         }
     });
 }

@@ -300,12 +300,13 @@ fn dot_general_in_place<T: Real>(d: &DotGeneral, a: In, b: In, out: &mut Out) ->
     if m * n == 0 {
         return true;
     }
+    let split = oa.len() > 1 && m * n * k < PAR_FLOPS * 4;
     let one = |(i, c): (usize, &mut [T])| {
         let a = Mat { data: &xa[oa[i]..], rows: m, cols: k, strides: [sm, ska] };
         let b = Mat { data: &xb[ob[i]..], rows: k, cols: n, strides: [skb, sn] };
-        gemm_slice(a, b, c, false);
+        gemm_slice(a, b, c, false, !split);
     };
-    if oa.len() > 1 && m * n * k < PAR_FLOPS * 4 {
+    if split {
         o.par_chunks_mut(m * n).enumerate().for_each(one);
     } else {
         o.chunks_mut(m * n).enumerate().for_each(one);
@@ -347,10 +348,11 @@ fn dot_general_permuted(d: &DotGeneral, a: In, b: In, out: &mut Out) -> Result<(
 /// One product `out (+)= a·b` over slices, for kernels that lower onto GEMM (conv as
 /// im2col + GEMM): `out [m, n]` row-major; `a [m, k]` and `b [k, n]` are read through
 /// their strides, so a transposed operand needs no copy. With `accumulate`
-/// the product is added to `out`, else `out` is overwritten. Runs on several threads when
-/// large and not already inside a rayon task (callers that split their own work over threads
-/// get single-threaded products). Panics if a slice is too short for its geometry.
-pub fn gemm_slice<T: Real>(a: Mat<T>, b: Mat<T>, out: &mut [T], accumulate: bool) {
+/// the product is added to `out`, else `out` is overwritten. With `parallel` (the caller is
+/// not itself splitting work over threads) a large product runs on several threads: the
+/// caller says so, as every kernel already runs on one of rayon's workers while the others
+/// spin (`awake::run`), so being on a worker tells nothing. Panics if a slice is too short for its geometry.
+pub fn gemm_slice<T: Real>(a: Mat<T>, b: Mat<T>, out: &mut [T], accumulate: bool, parallel: bool) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if m * n == 0 {
         return;
@@ -368,19 +370,18 @@ pub fn gemm_slice<T: Real>(a: Mat<T>, b: Mat<T>, out: &mut [T], accumulate: bool
     assert!(a.data.len() > last(a_strides, m, k), "gemm_slice: a is too short for [{m}, {k}] at strides {a_strides:?}");
     assert!(b.data.len() > last(b_strides, k, n), "gemm_slice: b is too short for [{k}, {n}] at strides {b_strides:?}");
     let (a, b) = (a.data, b.data);
-    let outside_pool = rayon::current_thread_index().is_none();
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         let (a, b) = (bytemuck::cast_slice::<T, f32>(a), bytemuck::cast_slice::<T, f32>(b));
         let a = Mat { data: a, rows: m, cols: k, strides: a_strides };
         let b = Mat { data: b, rows: k, cols: n, strides: b_strides };
         let c = MatMut::row_major(bytemuck::cast_slice_mut::<T, f32>(&mut out[..m * n]), m, n);
-        if let Err(e) = sgemm(a, b, c, accumulate, outside_pool) {
+        if let Err(e) = sgemm(a, b, c, accumulate, parallel) {
             panic!("gemm_slice: {e}");
         }
         return;
     }
     let threads = rayon::current_num_threads();
-    let par = if m * n * k >= PAR_FLOPS && threads > 1 && outside_pool {
+    let par = if m * n * k >= PAR_FLOPS && threads > 1 && parallel {
         Parallelism::Rayon(threads)
     } else {
         Parallelism::None

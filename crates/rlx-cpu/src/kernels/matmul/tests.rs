@@ -153,7 +153,7 @@ fn gemm_slice_f32_reads_a_transposed_operand() {
     let (av, bv) = (random(k * m, 31), random(k * n, 32));
     let mut out = random(m * n, 33);
     let start = out.clone();
-    gemm_slice(Mat { data: &av, rows: m, cols: k, strides: [1, m] }, Mat::row_major(&bv, k, n), &mut out, true);
+    gemm_slice(Mat { data: &av, rows: m, cols: k, strides: [1, m] }, Mat::row_major(&bv, k, n), &mut out, true, true);
     let mut want = reference(&Mat { data: &av, rows: m, cols: k, strides: [1, m] }, &Mat::row_major(&bv, k, n));
     want.iter_mut().zip(&start).for_each(|(w, &s)| *w += s as f64);
     check(&out, n, &want, m, n, k, "gemm_slice");
