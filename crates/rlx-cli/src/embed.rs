@@ -3,6 +3,7 @@
 //! similarities, or the full vectors as JSON.
 
 use rlx::models::bert::{BertError, SentenceEncoder};
+use rlx::cpu::Products;
 use rlx::{DType, Device, RuntimeError, Session};
 use std::path::Path;
 use std::time::Instant;
@@ -18,21 +19,27 @@ pub enum EmbedError {
     NoText,
 }
 
-/// The dtype `rlx embed` computes in.
+/// What `rlx embed` computes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Compute {
     F32,
     Bf16,
     F16,
+    /// f32 activations, the products of weights in 8-bit integers (CPU only).
+    Int8,
 }
 
 impl Compute {
     fn dtype(self) -> DType {
         match self {
-            Compute::F32 => DType::F32,
+            Compute::F32 | Compute::Int8 => DType::F32,
             Compute::Bf16 => DType::BF16,
             Compute::F16 => DType::F16,
         }
+    }
+
+    fn products(self) -> Products {
+        if self == Compute::Int8 { Products::Int8 } else { Products::F32 }
     }
 }
 
@@ -42,7 +49,7 @@ pub fn run(dir: &Path, texts: &[String], json: bool, device: Device, compute: Co
     if texts.is_empty() {
         return Err(EmbedError::NoText);
     }
-    let session = Session::new(device)?;
+    let session = Session::with_products(device, compute.products())?;
     let t = Instant::now();
     let mut encoder = SentenceEncoder::load_in(dir, &session, compute.dtype())?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;

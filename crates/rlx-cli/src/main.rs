@@ -39,8 +39,9 @@ enum Command {
         /// Where to run: cpu, cuda[:N], wgpu[:N].
         #[arg(long, default_value = "cpu")]
         device: rlx::Device,
-        /// What the encoder computes in (weights stay f32; embeddings come out f32).
-        #[arg(long, value_enum, default_value = "f32")]
+        /// What the encoder computes in (weights stay f32; embeddings come out f32); int8
+        /// rounds each product's weight and activations to 8 bits (CPU).
+        #[arg(long, alias = "precision", value_enum, default_value = "f32")]
         compute: rlx_cli::embed::Compute,
         texts: Vec<String>,
     },

@@ -9,6 +9,7 @@
 use clap::Args;
 use rlx_io::onnx::{self, ImportOptions, Layout, OnnxGraph, TensorData};
 use rlx_io::IoError;
+use rlx::cpu::Products;
 use rlx::{CompiledGraph, DType, Device, Session, Tensor};
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -44,6 +45,26 @@ pub struct OnnxRunArgs {
     /// Where to run: cpu, cuda[:N], wgpu[:N] (what the device does not run goes to the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+    /// What the products of the model's weights compute in: f32, or int8 (each weight rounded
+    /// to 8 bits per output column once, each activation row as it runs; CPU only).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
+}
+
+/// `rlx onnx-run --precision`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Precision {
+    F32,
+    Int8,
+}
+
+impl Precision {
+    fn products(self) -> Products {
+        match self {
+            Precision::F32 => Products::F32,
+            Precision::Int8 => Products::Int8,
+        }
+    }
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -100,7 +121,7 @@ fn run_protocol(args: &OnnxRunArgs) -> Result<(), Failure> {
         inputs.read(in_dir, e)?;
     }
     let imported = import_for(&args.model, &inputs)?;
-    let outputs = execute(&imported, &inputs.tensors, args.device)?;
+    let outputs = execute(&imported, &inputs.tensors, args.device, args.precision)?;
     let mut outputs = outputs.iter();
     let mut next = || outputs.next().ok_or_else(|| Failure { unsupported: false, message: "the graph returned fewer outputs than it declares".into() });
     for (j, (_, layout)) in imported.outputs.iter().enumerate() {
@@ -189,10 +210,10 @@ fn import_for(model: &Path, inputs: &Inputs) -> Result<OnnxGraph, Failure> {
     }
 }
 
-/// Compiles the imported graph for `device` with its parameters set, and the given inputs
-/// that the graph takes, as tensors.
-fn prepare(imported: &OnnxGraph, inputs: &[(String, TensorData)], device: Device) -> Result<(CompiledGraph, Vec<(String, Tensor)>), Failure> {
-    let mut compiled = Session::new(device)?.compile(&imported.graph).map_err(|e| {
+/// Compiles the imported graph for `device` (its weights' products in `precision`) with its
+/// parameters set, and the given inputs that the graph takes, as tensors.
+fn prepare(imported: &OnnxGraph, inputs: &[(String, TensorData)], device: Device, precision: Precision) -> Result<(CompiledGraph, Vec<(String, Tensor)>), Failure> {
+    let mut compiled = Session::with_products(device, precision.products())?.compile(&imported.graph).map_err(|e| {
         let message = e.to_string();
         Failure { unsupported: message.contains("no kernel") || message.contains("missing"), message }
     })?;
@@ -213,8 +234,8 @@ fn named(tensors: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
 }
 
 /// Compiles the imported graph for `device` and runs it once.
-fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)], device: Device) -> Result<Vec<Tensor>, Failure> {
-    let (mut compiled, tensors) = prepare(imported, inputs, device)?;
+fn execute(imported: &OnnxGraph, inputs: &[(String, TensorData)], device: Device, precision: Precision) -> Result<Vec<Tensor>, Failure> {
+    let (mut compiled, tensors) = prepare(imported, inputs, device, precision)?;
     Ok(compiled.run(&named(&tensors))?)
 }
 
@@ -273,7 +294,7 @@ fn bench(args: &OnnxRunArgs) -> Result<(), Failure> {
     let inputs = Inputs { tensors: inputs, ..Default::default() };
     let imported = import_for(&args.model, &inputs)?;
     let start = Instant::now();
-    let (mut compiled, tensors) = prepare(&imported, &inputs.tensors, args.device)?;
+    let (mut compiled, tensors) = prepare(&imported, &inputs.tensors, args.device, args.precision)?;
     let named = named(&tensors);
     compiled.run(&named)?;
     let first = start.elapsed();

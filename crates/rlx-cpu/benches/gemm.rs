@@ -10,11 +10,16 @@
 //! `--prepacked` also times each shape with `b` packed once beforehand (a weight, as the CPU
 //! plan does), alternating call by call with the plain product: `"peer": "rlx-prepacked"`.
 //!
+//! `--int8` instead times the product in 8-bit integers (`kernels::matmul::int8`, what
+//! `--precision int8` runs) with `b` rounded and packed once, alternating likewise:
+//! `"peer": "rlx-int8"` (its "gflops" count the same 2·m·k·n operations).
+//!
 //! Usage: `cargo bench -p rlx-cpu --bench gemm -- [--threads T] [--reps R] [--warmup W]
-//! [--shape M,K,N]... [--peak] [--prepacked]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
+//! [--shape M,K,N]... [--peak] [--prepacked] [--int8]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
 //! applies, without `--shape` the shapes of docs/BENCHMARKS.md run.
 
-use rlx_cpu::kernels::matmul::{matmul, matmul_prepacked, prepack};
+use rlx_cpu::kernels::matmul::int8::{self, PackedI8};
+use rlx_cpu::kernels::matmul::{matmul, matmul_prepacked, prepack, Mat, MatMut};
 use rlx_cpu::view::{In, Out};
 use rlx_ir::DType;
 use std::time::Instant;
@@ -38,16 +43,28 @@ struct Options {
     warmup: usize,
     shapes: Vec<[usize; 3]>,
     peak: bool,
-    prepacked: bool,
+    /// The product timed beside the plain one, if any.
+    beside: Option<Beside>,
+}
+
+/// A second form of each product, timed call by call with the plain one.
+#[derive(Clone, Copy, PartialEq)]
+enum Beside {
+    Prepacked,
+    Int8,
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new(), peak: false, prepacked: false };
+    let mut o = Options { threads: None, reps: 20, warmup: 3, shapes: Vec::new(), peak: false, beside: None };
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = args.next() {
-        if flag == "--peak" || flag == "--prepacked" {
-            o.peak |= flag == "--peak";
-            o.prepacked |= flag == "--prepacked";
+        match flag.as_str() {
+            "--peak" => o.peak = true,
+            "--prepacked" => o.beside = Some(Beside::Prepacked),
+            "--int8" => o.beside = Some(Beside::Int8),
+            _ => {}
+        }
+        if ["--peak", "--prepacked", "--int8"].contains(&flag.as_str()) {
             continue;
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -87,14 +104,15 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
 /// at about one thread's speed on the project machine.
 const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// Median seconds of one `MatMul` call at `[m, k] × [k, n]`, and with `prepacked` of one with
-/// `b` packed beforehand (the two alternating call by call).
-fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: bool) -> Result<(f64, Option<f64>), String> {
+/// Median seconds of one `MatMul` call at `[m, k] × [k, n]`, and with `beside` of the other
+/// form (the two alternating call by call).
+fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, beside: Option<Beside>) -> Result<(f64, Option<f64>), String> {
     let (a, b) = (random(m * k, 1), random(k * n, 2));
     let mut c = vec![0.0f32; m * n];
     let (da, db, dc) = ([m, k], [k, n], [m, n]);
     let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
-    let packed = prepacked.then(|| prepack(ib));
+    let packed = (beside == Some(Beside::Prepacked)).then(|| prepack(ib));
+    let rounded = (beside == Some(Beside::Int8)).then(|| PackedI8::new(Mat::row_major(&b, k, n)));
     let (mut plain, mut pre) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     let warm = Instant::now();
     let mut calls = 0;
@@ -107,12 +125,15 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: boo
         let t = Instant::now();
         matmul(ia, ib, &mut out)?;
         let plain_secs = t.elapsed().as_secs_f64();
+        let t = Instant::now();
         if let Some(p) = &packed {
-            let t = Instant::now();
             matmul_prepacked(ia, ib, p, &mut out)?;
-            if timed {
-                pre.push(t.elapsed().as_secs_f64());
-            }
+        }
+        if let Some(p) = &rounded {
+            int8::product(Mat::row_major(&a, m, k), p, MatMut::row_major(out.get::<f32>(), m, n), true, None)?;
+        }
+        if timed && beside.is_some() {
+            pre.push(t.elapsed().as_secs_f64());
         }
         if timed {
             plain.push(plain_secs);
@@ -122,7 +143,7 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, prepacked: boo
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    Ok((median(plain), packed.map(|_| median(pre))))
+    Ok((median(plain), beside.map(|_| median(pre))))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -141,9 +162,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for shape in &o.shapes {
         // Inside a run's context, as a compiled graph calls it: the pool's other workers spin.
-        let (secs, pre) = pool.install(|| rlx_cpu::awake::run(|| time_matmul(*shape, o.reps, o.warmup, o.prepacked)))?;
+        let (secs, other) = pool.install(|| rlx_cpu::awake::run(|| time_matmul(*shape, o.reps, o.warmup, o.beside)))?;
         let [m, k, n] = *shape;
-        for (peer, secs) in [("rlx", Some(secs)), ("rlx-prepacked", pre)] {
+        let name = if o.beside == Some(Beside::Int8) { "rlx-int8" } else { "rlx-prepacked" };
+        for (peer, secs) in [("rlx", Some(secs)), (name, other)] {
             let Some(secs) = secs else { continue };
             let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
             println!(

@@ -3,14 +3,17 @@
 //! lifecycle are the shared [`rlx_runtime::Executor`]'s.
 
 use crate::dispatch::{self, Packed};
+use crate::Products;
 use crate::kernels::PAR_MIN;
 use crate::view::{In, Out};
 use rlx_ir::{DType, Op};
 use rlx_runtime::{Arg, Engine, HostBuffer, Result, RuntimeError, Tensor};
 
-/// Host memory and the CPU kernels.
+/// Host memory and the CPU kernels, computing products of prepared weights as `products` says.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CpuEngine;
+pub struct CpuEngine {
+    pub products: Products,
+}
 
 /// The bytes of a launch operand.
 ///
@@ -26,6 +29,13 @@ unsafe fn read(a: Arg<'_, HostBuffer>) -> In<'_> {
 /// Nothing else reads or writes them while the view lives.
 unsafe fn write(a: Arg<'_, HostBuffer>) -> Out<'_> {
     Out { dtype: a.dtype, dims: a.dims, bytes: a.buf.bytes_mut(a.offset, a.len) }
+}
+
+impl CpuEngine {
+    /// Whether `op` runs in int8 here, its weight rounded when prepared.
+    fn int8(&self, op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
+        self.products == Products::Int8 && dispatch::rounds_to_int8(op, a, b)
+    }
 }
 
 impl Engine for CpuEngine {
@@ -71,16 +81,27 @@ impl Engine for CpuEngine {
 
     fn prepared_operand(&self, op: &Op, operands: &[(DType, &[usize])]) -> Option<usize> {
         let i = dispatch::packable_operand(op)?;
-        (dispatch::packs(op, *operands.first()?, *operands.get(i)?)).then_some(i)
+        let (a, b) = (*operands.first()?, *operands.get(i)?);
+        (self.int8(op, a, b) || dispatch::packs(op, a, b)).then_some(i)
     }
 
     fn prepare(&self, op: &Op, weight: Arg<'_, HostBuffer>, out_dims: &[usize]) -> Result<Option<Packed>> {
         // SAFETY: preparing reads the weight while no launch runs.
-        Ok(dispatch::prepack(op, unsafe { read(weight) }, out_dims))
+        let b = unsafe { read(weight) };
+        if self.products == Products::Int8 && dispatch::rounds_to_int8(op, (DType::F32, &[1]), (b.dtype, b.dims)) {
+            return Ok(dispatch::prepack_int8(b));
+        }
+        Ok(dispatch::prepack(op, b, out_dims))
     }
 
     /// Q8 panels are laid out in the weight's own buffer when whole panels fill it.
     fn prepare_owned(&self, op: &Op, weight: HostBuffer, dtype: DType, dims: &[usize], out_dims: &[usize]) -> Result<std::result::Result<Packed, HostBuffer>> {
+        if self.int8(op, (DType::F32, &[1]), (dtype, dims)) {
+            // SAFETY: preparing reads the weight while no launch runs.
+            let len = dims.iter().product::<usize>() * dtype.size();
+            let packed = dispatch::prepack_int8(In { dtype, dims, bytes: unsafe { weight.bytes(0, len) } });
+            return Ok(packed.ok_or(weight));
+        }
         let t = weight.into_tensor(dtype, dims)?;
         Ok(dispatch::prepack_owned(op, t, out_dims).map_err(HostBuffer::from_tensor))
     }

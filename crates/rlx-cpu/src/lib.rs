@@ -24,13 +24,32 @@ use rlx_opt::Claims;
 use rlx_runtime::{Backend, Device, Executable, Executor, Result, RuntimeError};
 use std::sync::Arc;
 
+/// How the CPU computes f32 products whose weight is a parameter or constant (`b` of
+/// `MatMul` and `FusedMatMulBiasAct`, 2-D).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// In f32, as the graph says.
+    #[default]
+    F32,
+    /// In 8-bit integers, by choice: each weight rounded once per column, each activation
+    /// row as the product runs ([`kernels::matmul::int8`]; dynamic quantisation).
+    Int8,
+}
+
 /// The CPU backend; its kernels also fold constants ([`CpuConstEval`]).
 #[derive(Clone, Copy, Debug)]
-pub struct CpuBackend;
+pub struct CpuBackend {
+    products: Products,
+}
 
 impl CpuBackend {
     pub fn new() -> CpuBackend {
-        CpuBackend
+        CpuBackend { products: Products::F32 }
+    }
+
+    /// The backend computing products of weights as `products` says.
+    pub fn with_products(products: Products) -> CpuBackend {
+        CpuBackend { products }
     }
 }
 
@@ -59,6 +78,6 @@ impl Backend for CpuBackend {
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
         custom::check_registered(graph).map_err(|msg| RuntimeError::Backend { backend: "cpu".into(), msg })?;
-        Ok(Box::new(Executor::new(Arc::new(CpuEngine), graph.clone())?))
+        Ok(Box::new(Executor::new(Arc::new(CpuEngine { products: self.products }), graph.clone())?))
     }
 }

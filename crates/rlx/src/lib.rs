@@ -82,6 +82,17 @@ impl Session {
         }))
     }
 
+    /// A session on `device` whose products of weights run as `products` says
+    /// ([`cpu::Products::Int8`]: dynamic int8 quantisation). Only the CPU has int8 products; any
+    /// other device asked for them is a typed error.
+    pub fn with_products(device: Device, products: rlx_cpu::Products) -> Result<Session, RuntimeError> {
+        match (device, products) {
+            (_, rlx_cpu::Products::F32) => Session::new(device),
+            (Device::Cpu, p) => Ok(Session(rlx_runtime::Session::new(Arc::new(rlx_cpu::CpuBackend::with_products(p))))),
+            (other, p) => Err(RuntimeError::Backend { backend: other.to_string(), msg: format!("{p:?} products run on the CPU only") }),
+        }
+    }
+
     pub fn with_options(self, options: CompileOptions) -> Session {
         Session(self.0.with_options(options))
     }

@@ -127,7 +127,7 @@ impl Backend for Subset {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
-        let engine = SubsetEngine { cpu: CpuEngine, traffic: self.traffic.clone(), memory: self.memory };
+        let engine = SubsetEngine { cpu: CpuEngine::default(), traffic: self.traffic.clone(), memory: self.memory };
         Ok(Box::new(Executor::new(Arc::new(engine), graph.clone())?))
     }
 }
@@ -140,7 +140,7 @@ impl Claims for Subset {
 
     fn claim(&self, op: &Op, inputs: &[DType]) -> Claim {
         match self.kinds.contains(&op.kind()) {
-            true => CpuBackend.claims().claim(op, inputs),
+            true => CpuBackend::new().claims().claim(op, inputs),
             false => Claim::No,
         }
     }

@@ -3,6 +3,7 @@
 //! floats widened as they are packed and accumulated in f32; f64 and c32 on the `gemm` crate;
 //! integers on a wrapping i64-accumulating loop.
 
+pub mod int8;
 mod rows;
 mod sgemm;
 mod tile;
@@ -244,6 +245,17 @@ pub fn matmul_prepacked(a: In, b: In, packed: &PackedB, out: &mut Out) -> Result
     let (m, k, n) = (g.m, g.k, g.n);
     let (a, b) = (Mat::row_major(a.get::<f32>(), m, k), Mat::row_major(b.get::<f32>(), k, n));
     sgemm_prepacked(a, b, packed, MatMut::row_major(out.get::<f32>(), m, n), false, true, None)
+}
+
+/// `MatMul` of an f32 `a [.., m, k]` and a 2-D weight rounded to 8 bits ([`int8`]), then
+/// `epilogue` over each finished piece of the output.
+pub fn matmul_int8(a: In, b: &int8::PackedI8, out: &mut Out, epilogue: Option<Epilogue>) -> Result<(), String> {
+    let [k, n] = b.dims();
+    if a.dtype != DType::F32 || out.dtype != DType::F32 || a.dims.last() != Some(&k) || out.dims.last() != Some(&n) {
+        return Err(format!("an int8 product takes f32 [.., m, {k}] to f32 [.., m, {n}]; got {:?} {:?} to {:?} {:?}", a.dtype, a.dims, out.dtype, out.dims));
+    }
+    let m = out.numel() / n.max(1);
+    int8::product(Mat::row_major(a.get::<f32>(), m, k), b, MatMut::row_major(out.get::<f32>(), m, n), true, epilogue)
 }
 
 /// `x` with its axes reordered (output axis `i` is input axis `perm[i]`): a copy, or `x`'s own

@@ -85,7 +85,7 @@ impl<'a, T> Mat<'a, T> {
     }
 
     /// Index one past the last element addressed (0 when empty).
-    fn span(&self) -> usize {
+    pub(super) fn span(&self) -> usize {
         if self.rows == 0 || self.cols == 0 {
             0
         } else {
