@@ -10,6 +10,7 @@ fn info_names_the_cpu_and_the_gemm_tile() {
     assert!(text.starts_with("cpu "), "{text}");
     assert!(text.contains("kernel    f32 GEMM register tile: "), "{text}");
     assert!(text.contains("threads "), "{text}");
+    assert!(text.contains("kernel    int8 products (--precision int8): "), "{text}");
 }
 
 #[test]

@@ -36,6 +36,15 @@ pub enum Products {
     Int8,
 }
 
+impl std::fmt::Display for Products {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Products::F32 => "f32",
+            Products::Int8 => "int8",
+        })
+    }
+}
+
 /// The CPU backend; its kernels also fold constants ([`CpuConstEval`]).
 #[derive(Clone, Copy, Debug)]
 pub struct CpuBackend {

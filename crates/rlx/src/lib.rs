@@ -89,7 +89,7 @@ impl Session {
         match (device, products) {
             (_, rlx_cpu::Products::F32) => Session::new(device),
             (Device::Cpu, p) => Ok(Session(rlx_runtime::Session::new(Arc::new(rlx_cpu::CpuBackend::with_products(p))))),
-            (other, p) => Err(RuntimeError::Backend { backend: other.to_string(), msg: format!("{p:?} products run on the CPU only") }),
+            (other, p) => Err(RuntimeError::Backend { backend: other.to_string(), msg: format!("{p} products run on the CPU only") }),
         }
     }
 

@@ -239,6 +239,12 @@ pub fn vnni() -> bool {
     false
 }
 
+/// The tile this CPU runs (`rlx info`): the portable loop is correct but far slower than the
+/// f32 GEMM.
+pub fn kernel() -> &'static str {
+    if vnni() { "avx512-vnni 12×32" } else { "portable (no AVX-512 VNNI: slower than f32)" }
+}
+
 /// `c = a·b` in int8 (module docs) with `b` packed by [`PackedI8::new`], then `epilogue` over
 /// each finished piece of `c`; on several threads with `parallel` when large. Errors name the
 /// mismatch when the shapes disagree or a slice is too short.
