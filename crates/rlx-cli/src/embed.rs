@@ -23,6 +23,8 @@ pub enum EmbedError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Compute {
     F32,
+    /// On a GPU the whole encoder in bf16; on the CPU its products of weights on operands
+    /// rounded to bf16 (AVX512-BF16), the rest in f32.
     Bf16,
     F16,
     /// f32 activations, the products of weights in 8-bit integers (CPU only).
@@ -30,16 +32,15 @@ pub enum Compute {
 }
 
 impl Compute {
-    fn dtype(self) -> DType {
-        match self {
-            Compute::F32 | Compute::Int8 => DType::F32,
-            Compute::Bf16 => DType::BF16,
-            Compute::F16 => DType::F16,
+    /// The graph's dtype and the products of weights on `device`.
+    fn on(self, device: Device) -> (DType, Products) {
+        match (self, device) {
+            (Compute::F32, _) => (DType::F32, Products::F32),
+            (Compute::Bf16, Device::Cpu) => (DType::F32, Products::Bf16),
+            (Compute::Bf16, _) => (DType::BF16, Products::F32),
+            (Compute::F16, _) => (DType::F16, Products::F32),
+            (Compute::Int8, _) => (DType::F32, Products::Int8),
         }
-    }
-
-    fn products(self) -> Products {
-        if self == Compute::Int8 { Products::Int8 } else { Products::F32 }
     }
 }
 
@@ -49,9 +50,10 @@ pub fn run(dir: &Path, texts: &[String], json: bool, device: Device, compute: Co
     if texts.is_empty() {
         return Err(EmbedError::NoText);
     }
-    let session = Session::with_products(device, compute.products())?;
+    let (dtype, products) = compute.on(device);
+    let session = Session::with_products(device, products)?;
     let t = Instant::now();
-    let mut encoder = SentenceEncoder::load_in(dir, &session, compute.dtype())?;
+    let mut encoder = SentenceEncoder::load_in(dir, &session, dtype)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let t = Instant::now();

@@ -45,8 +45,9 @@ pub struct OnnxRunArgs {
     /// Where to run: cpu, cuda[:N], wgpu[:N] (what the device does not run goes to the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
-    /// What the products of the model's weights compute in: f32, or int8 (each weight rounded
-    /// to 8 bits per output column once, each activation row as it runs; CPU only).
+    /// What the products of the model's weights compute in: f32, int8 (each weight rounded to
+    /// 8 bits per output column once, each activation row as it runs) or bf16 (both operands
+    /// rounded to bf16, summed in f32); int8 and bf16 on the CPU only.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: Precision,
 }
@@ -56,6 +57,7 @@ pub struct OnnxRunArgs {
 pub enum Precision {
     F32,
     Int8,
+    Bf16,
 }
 
 impl Precision {
@@ -63,6 +65,7 @@ impl Precision {
         match self {
             Precision::F32 => Products::F32,
             Precision::Int8 => Products::Int8,
+            Precision::Bf16 => Products::Bf16,
         }
     }
 }

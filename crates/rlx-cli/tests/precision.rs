@@ -1,5 +1,5 @@
-//! `--precision int8` on `rlx onnx-run` and `rlx embed`: products of weights in 8-bit integers
-//! on the CPU, and a typed refusal on any other device.
+//! `--precision int8` / `bf16` on `rlx onnx-run` and `rlx embed`: products of weights in 8-bit
+//! integers or on bf16 operands on the CPU, and a typed refusal on any other device.
 
 use std::process::Command;
 
@@ -9,11 +9,13 @@ fn rlx(args: &[&str]) -> (bool, String, String) {
 }
 
 #[test]
-fn onnx_run_benches_a_model_with_int8_products() {
+fn onnx_run_benches_a_model_with_int8_and_bf16_products() {
     let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../rlx-io/tests/data/onnx/mlp/model.onnx");
-    let (ok, stdout, stderr) = rlx(&["onnx-run", model, "--bench", "--runs", "2", "--precision", "int8"]);
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("median"), "{stdout}");
+    for precision in ["int8", "bf16"] {
+        let (ok, stdout, stderr) = rlx(&["onnx-run", model, "--bench", "--runs", "2", "--precision", precision]);
+        assert!(ok, "{precision}: {stderr}");
+        assert!(stdout.contains("median"), "{precision}: {stdout}");
+    }
 }
 
 #[test]

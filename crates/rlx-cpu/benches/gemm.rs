@@ -10,16 +10,17 @@
 //! `--prepacked` also times each shape with `b` packed once beforehand (a weight, as the CPU
 //! plan does), alternating call by call with the plain product: `"peer": "rlx-prepacked"`.
 //!
-//! `--int8` instead times the product in 8-bit integers (`kernels::matmul::int8`, what
-//! `--precision int8` runs) with `b` rounded and packed once, alternating likewise:
-//! `"peer": "rlx-int8"` (its "gflops" count the same 2·m·k·n operations).
+//! `--int8` (`--bf16`) instead times the product in 8-bit integers (on operands rounded to
+//! bf16): `kernels::matmul::{int8, bfloat16}`, what `--precision int8` (`bf16`) runs, with `b`
+//! rounded and packed once, alternating likewise: `"peer": "rlx-int8"` (`"rlx-bf16"`; its
+//! "gflops" count the same 2·m·k·n operations).
 //!
 //! Usage: `cargo bench -p rlx-cpu --bench gemm -- [--threads T] [--reps R] [--warmup W]
-//! [--shape M,K,N]... [--peak] [--prepacked] [--int8]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
+//! [--shape M,K,N]... [--peak] [--prepacked] [--int8] [--bf16]`; without `--threads` rayon's default (`RAYON_NUM_THREADS`)
 //! applies, without `--shape` the shapes of docs/BENCHMARKS.md run.
 
-use rlx_cpu::kernels::matmul::int8::{self, PackedI8};
-use rlx_cpu::kernels::matmul::{matmul, matmul_prepacked, prepack, Mat, MatMut};
+use rlx_cpu::kernels::matmul::{matmul, matmul_prepacked, matmul_rounded, prepack, Mat, Rounded};
+use rlx_cpu::Products;
 use rlx_cpu::view::{In, Out};
 use rlx_ir::DType;
 use std::time::Instant;
@@ -51,7 +52,7 @@ struct Options {
 #[derive(Clone, Copy, PartialEq)]
 enum Beside {
     Prepacked,
-    Int8,
+    Rounded(Products),
 }
 
 fn options() -> Result<Options, String> {
@@ -61,10 +62,11 @@ fn options() -> Result<Options, String> {
         match flag.as_str() {
             "--peak" => o.peak = true,
             "--prepacked" => o.beside = Some(Beside::Prepacked),
-            "--int8" => o.beside = Some(Beside::Int8),
+            "--int8" => o.beside = Some(Beside::Rounded(Products::Int8)),
+            "--bf16" => o.beside = Some(Beside::Rounded(Products::Bf16)),
             _ => {}
         }
-        if ["--peak", "--prepacked", "--int8"].contains(&flag.as_str()) {
+        if ["--peak", "--prepacked", "--int8", "--bf16"].contains(&flag.as_str()) {
             continue;
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -112,7 +114,10 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, beside: Option
     let (da, db, dc) = ([m, k], [k, n], [m, n]);
     let ib = In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(&b) };
     let packed = (beside == Some(Beside::Prepacked)).then(|| prepack(ib));
-    let rounded = (beside == Some(Beside::Int8)).then(|| PackedI8::new(Mat::row_major(&b, k, n)));
+    let rounded = match beside {
+        Some(Beside::Rounded(p)) => Rounded::new(p, Mat::row_major(&b, k, n)),
+        _ => None,
+    };
     let (mut plain, mut pre) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     let warm = Instant::now();
     let mut calls = 0;
@@ -130,7 +135,7 @@ fn time_matmul([m, k, n]: [usize; 3], reps: usize, warmup: usize, beside: Option
             matmul_prepacked(ia, ib, p, &mut out)?;
         }
         if let Some(p) = &rounded {
-            int8::product(Mat::row_major(&a, m, k), p, MatMut::row_major(out.get::<f32>(), m, n), true, None)?;
+            matmul_rounded(ia, p, &mut out, None)?;
         }
         if timed && beside.is_some() {
             pre.push(t.elapsed().as_secs_f64());
@@ -164,8 +169,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Inside a run's context, as a compiled graph calls it: the pool's other workers spin.
         let (secs, other) = pool.install(|| rlx_cpu::awake::run(|| time_matmul(*shape, o.reps, o.warmup, o.beside)))?;
         let [m, k, n] = *shape;
-        let name = if o.beside == Some(Beside::Int8) { "rlx-int8" } else { "rlx-prepacked" };
-        for (peer, secs) in [("rlx", Some(secs)), (name, other)] {
+        let name = match o.beside {
+            Some(Beside::Rounded(p)) => format!("rlx-{p}"),
+            _ => "rlx-prepacked".to_string(),
+        };
+        for (peer, secs) in [("rlx", Some(secs)), (name.as_str(), other)] {
             let Some(secs) = secs else { continue };
             let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
             println!(

@@ -38,38 +38,41 @@ pub fn run_in_place(op: &Op, state: &mut Out, ins: &[In], outs: &mut [Out]) -> R
 
 /// A weight laid out once for its kernel ([`prepack`]): the GEMM's packed `b` of an f32
 /// matmul, an f32 conv's weight as its kernel reads it, the panels of a quantized product, or
-/// an f32 matmul's weight rounded to 8 bits ([`crate::Products::Int8`]).
+/// an f32 matmul's weight rounded to 8 bits or bf16 ([`crate::Products`]).
 pub enum Packed {
     Gemm(matmul::PackedB),
     Conv(conv::PackedConv),
     Quant(quant::Panels),
-    Int8(matmul::int8::PackedI8),
+    Rounded(matmul::Rounded),
 }
 
 impl Packed {
-    /// The weight as given: its bytes (`dims` are the weight's own); a weight rounded to 8
-    /// bits gives the values its codes stand for.
+    /// The weight as given: its bytes (`dims` are the weight's own); a rounded weight gives the
+    /// values it stands for.
     pub fn unpack(&self) -> Vec<u8> {
         match self {
             Packed::Gemm(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
             Packed::Conv(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
             Packed::Quant(p) => p.unpack(),
-            Packed::Int8(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
+            Packed::Rounded(p) => bytemuck::cast_slice(&p.unpack()).to_vec(),
         }
     }
 }
 
-/// Whether `op` takes its weight `b` rounded to 8 bits when products run in int8: an f32
-/// `MatMul` or `FusedMatMulBiasAct` of a 2-D weight.
-pub fn rounds_to_int8(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
+/// Whether `op` takes its weight `b` rounded when products are not f32 ([`crate::Products`]):
+/// an f32 `MatMul` or `FusedMatMulBiasAct` of a 2-D weight.
+pub fn rounds(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
     matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_)) && a.0 == DType::F32 && b.0 == DType::F32 && b.1.len() == 2 && !a.1.is_empty()
 }
 
-/// `op`'s weight `b` rounded to 8 bits ([`rounds_to_int8`]); `None` for a `b` that is not
-/// a 2-D f32 matrix.
-pub fn prepack_int8(b: In) -> Option<Packed> {
+/// `op`'s weight `b` rounded as `products` says ([`rounds`]); `None` for f32 products or a
+/// `b` that is not a 2-D f32 matrix.
+pub fn prepack_rounded(products: crate::Products, b: In) -> Option<Packed> {
     let [k, n] = *b.dims else { return None };
-    (b.dtype == DType::F32).then(|| Packed::Int8(matmul::int8::PackedI8::new(matmul::Mat::row_major(b.get::<f32>(), k, n))))
+    if b.dtype != DType::F32 {
+        return None;
+    }
+    matmul::Rounded::new(products, matmul::Mat::row_major(b.get::<f32>(), k, n)).map(Packed::Rounded)
 }
 
 /// The operand of `op` that its kernel can also take pre-packed ([`Packed`]): `b` of
@@ -145,8 +148,8 @@ pub fn run_prepacked(op: &Op, ins: &[In], packed: &Packed, outs: &mut [Out]) -> 
         (Op::FusedConvBiasAct(a), Packed::Conv(p)) => conv::conv_bias_act(a, ins, Some(p), &mut outs[0]),
         (Op::DequantMatMul(_), Packed::Quant(p)) => quant::dequant_matmul_prepacked(p, ins, &mut outs[0]),
         (Op::Gather(_), Packed::Quant(p)) => index::gather_panel_rows(p, ins[1], &mut outs[0]),
-        (Op::MatMul(_), Packed::Int8(p)) => matmul::matmul_int8(ins[0], p, &mut outs[0], None),
-        (Op::FusedMatMulBiasAct(a), Packed::Int8(p)) => fused::matmul_bias_act_int8(a.activation, ins[0], p, ins[2], &mut outs[0]),
+        (Op::MatMul(_), Packed::Rounded(p)) => matmul::matmul_rounded(ins[0], p, &mut outs[0], None),
+        (Op::FusedMatMulBiasAct(a), Packed::Rounded(p)) => fused::matmul_bias_act_rounded(a.activation, ins[0], p, ins[2], &mut outs[0]),
         _ => run(op, ins, outs),
     }
 }

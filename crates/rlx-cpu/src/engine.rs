@@ -32,9 +32,9 @@ unsafe fn write(a: Arg<'_, HostBuffer>) -> Out<'_> {
 }
 
 impl CpuEngine {
-    /// Whether `op` runs in int8 here, its weight rounded when prepared.
-    fn int8(&self, op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
-        self.products == Products::Int8 && dispatch::rounds_to_int8(op, a, b)
+    /// Whether `op` runs on a rounded weight here, rounded when prepared.
+    fn rounds(&self, op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
+        self.products != Products::F32 && dispatch::rounds(op, a, b)
     }
 }
 
@@ -82,24 +82,24 @@ impl Engine for CpuEngine {
     fn prepared_operand(&self, op: &Op, operands: &[(DType, &[usize])]) -> Option<usize> {
         let i = dispatch::packable_operand(op)?;
         let (a, b) = (*operands.first()?, *operands.get(i)?);
-        (self.int8(op, a, b) || dispatch::packs(op, a, b)).then_some(i)
+        (self.rounds(op, a, b) || dispatch::packs(op, a, b)).then_some(i)
     }
 
     fn prepare(&self, op: &Op, weight: Arg<'_, HostBuffer>, out_dims: &[usize]) -> Result<Option<Packed>> {
         // SAFETY: preparing reads the weight while no launch runs.
         let b = unsafe { read(weight) };
-        if self.products == Products::Int8 && dispatch::rounds_to_int8(op, (DType::F32, &[1]), (b.dtype, b.dims)) {
-            return Ok(dispatch::prepack_int8(b));
+        if self.rounds(op, (DType::F32, &[1]), (b.dtype, b.dims)) {
+            return Ok(dispatch::prepack_rounded(self.products, b));
         }
         Ok(dispatch::prepack(op, b, out_dims))
     }
 
     /// Q8 panels are laid out in the weight's own buffer when whole panels fill it.
     fn prepare_owned(&self, op: &Op, weight: HostBuffer, dtype: DType, dims: &[usize], out_dims: &[usize]) -> Result<std::result::Result<Packed, HostBuffer>> {
-        if self.int8(op, (DType::F32, &[1]), (dtype, dims)) {
+        if self.rounds(op, (DType::F32, &[1]), (dtype, dims)) {
             // SAFETY: preparing reads the weight while no launch runs.
             let len = dims.iter().product::<usize>() * dtype.size();
-            let packed = dispatch::prepack_int8(In { dtype, dims, bytes: unsafe { weight.bytes(0, len) } });
+            let packed = dispatch::prepack_rounded(self.products, In { dtype, dims, bytes: unsafe { weight.bytes(0, len) } });
             return Ok(packed.ok_or(weight));
         }
         let t = weight.into_tensor(dtype, dims)?;

@@ -34,6 +34,8 @@ pub enum Products {
     /// In 8-bit integers, by choice: each weight rounded once per column, each activation
     /// row as the product runs ([`kernels::matmul::int8`]; dynamic quantisation).
     Int8,
+    /// On operands rounded to bfloat16, summed in f32 ([`kernels::matmul::bfloat16`]).
+    Bf16,
 }
 
 impl std::fmt::Display for Products {
@@ -41,6 +43,7 @@ impl std::fmt::Display for Products {
         f.write_str(match self {
             Products::F32 => "f32",
             Products::Int8 => "int8",
+            Products::Bf16 => "bf16",
         })
     }
 }

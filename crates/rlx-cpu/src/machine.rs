@@ -31,6 +31,7 @@ pub fn machine() -> Machine {
             ("f32 GEMM register tile", crate::kernels::matmul::sgemm_tile()),
             ("quantized products (8-bit activation blocks)", crate::kernels::quant::q8_kernels().to_string()),
             ("int8 products (--precision int8)", crate::kernels::matmul::int8::kernel().to_string()),
+            ("bf16 products (--precision bf16)", crate::kernels::matmul::bfloat16::kernel().to_string()),
         ],
     }
 }

@@ -240,6 +240,14 @@ fn minilm_in_int8_tracks_sentence_transformers() {
     assert!(worst.is_none_or(|c| c >= 0.99), "cosine {worst:?}");
 }
 
+/// `rlx embed --precision bf16` on the CPU: products of weights on operands rounded to bf16.
+#[test]
+fn minilm_with_bf16_products_tracks_sentence_transformers() {
+    let worst = minilm_against_sentence_transformers(rlx_cpu::Products::Bf16, false);
+    eprintln!("MiniLM with bf16 products: the lowest cosine to sentence-transformers is {worst:?}");
+    assert!(worst.is_none_or(|c| c >= 0.999), "cosine {worst:?}");
+}
+
 /// The lowest cosine of all-MiniLM-L6-v2's embeddings of the reference sentences, computed with
 /// `products`, to sentence-transformers' (`None` where the model is absent); with `ids`, the
 /// token ids are checked too, and every embedding's norm.

@@ -83,8 +83,9 @@ impl Session {
     }
 
     /// A session on `device` whose products of weights run as `products` says
-    /// ([`cpu::Products::Int8`]: dynamic int8 quantisation). Only the CPU has int8 products; any
-    /// other device asked for them is a typed error.
+    /// ([`cpu::Products::Int8`]: dynamic int8 quantisation; [`cpu::Products::Bf16`]: operands
+    /// rounded to bf16). Only the CPU has such products; any other device asked for them is a
+    /// typed error.
     pub fn with_products(device: Device, products: rlx_cpu::Products) -> Result<Session, RuntimeError> {
         match (device, products) {
             (_, rlx_cpu::Products::F32) => Session::new(device),

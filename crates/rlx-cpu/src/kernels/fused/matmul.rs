@@ -45,15 +45,15 @@ pub fn matmul_bias_act(activation_kind: Option<ActivationKind>, x: In, w: In, pa
     Ok(())
 }
 
-/// [`matmul_bias_act`] with `w` rounded to 8 bits ([`matmul::int8`]): the bias and activation
-/// run on each finished tile.
-pub fn matmul_bias_act_int8(activation_kind: Option<ActivationKind>, x: In, w: &matmul::int8::PackedI8, bias: In, out: &mut Out) -> Result<(), String> {
+/// [`matmul_bias_act`] with `w` rounded to a narrow type ([`matmul::Rounded`]): the bias and
+/// activation run on each finished block of the output.
+pub fn matmul_bias_act_rounded(activation_kind: Option<ActivationKind>, x: In, w: &matmul::Rounded, bias: In, out: &mut Out) -> Result<(), String> {
     if bias.dtype != DType::F32 {
-        return Err(format!("an int8 product takes an f32 bias; got {:?}", bias.dtype));
+        return Err(format!("a product of a rounded weight takes an f32 bias; got {:?}", bias.dtype));
     }
     let b = bias.get::<f32>();
     let epilogue = |_row: usize, col0: usize, y: &mut [f32]| add_bias_act(activation_kind, &b[col0..col0 + y.len()], y);
-    matmul::matmul_int8(x, w, out, Some(&epilogue))
+    matmul::matmul_rounded(x, w, out, Some(&epilogue))
 }
 
 /// `y[j] ← act(y[j] + b[j])` over one piece of an output row.

@@ -11,7 +11,7 @@ mod norm;
 mod region;
 mod swiglu;
 
-pub use matmul::{matmul_bias_act, matmul_bias_act_int8};
+pub use matmul::{matmul_bias_act, matmul_bias_act_rounded};
 pub use norm::{residual_layer_norm, residual_rms_norm};
 pub use region::elementwise_region;
 pub use swiglu::swiglu;

@@ -16,22 +16,15 @@
 //! portable loop computes the same integers and the same f32 steps, so the two give the same
 //! bits.
 
+use super::narrow::{self, Narrow, MR, NR};
 use super::sgemm::Epilogue;
 use super::{Mat, MatMut};
-use crate::kernels::matmul::OutPtr;
-use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// Rows of `a` per tile.
-pub const MR: usize = 12;
-/// Columns of `b` per tile (two 512-bit registers of i32 sums).
-pub const NR: usize = 32;
 /// Codes of one row or column per 32-bit unit of the packed layouts.
 const UNIT: usize = 4;
-/// Multiply-adds below which a product runs on one thread.
-const PAR_MACS: usize = 1 << 18;
 
 /// The weight `b [k, n]` rounded to codes per column and laid out for the tile: per panel of
 /// [`NR`] columns, per group of [`UNIT`] rows of `b`, each column's four codes plus 128 side by
@@ -249,61 +242,34 @@ pub fn kernel() -> &'static str {
 /// each finished piece of `c`; on several threads with `parallel` when large. Errors name the
 /// mismatch when the shapes disagree or a slice is too short.
 pub fn product(a: Mat<f32>, b: &PackedI8, c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
-    product_on(vnni(), a, b, c, parallel, epilogue)
+    narrow::product(&Int8 { b, vnni: vnni() }, a, c, parallel, epilogue)
 }
 
-/// [`product`] on the VNNI tile or the portable loop (tests run both).
-fn product_on(vnni: bool, a: Mat<f32>, b: &PackedI8, c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
-    let (m, k, n) = (a.rows, a.cols, b.n);
-    if a.cols != b.k || c.rows != m || c.cols != n {
-        return Err(format!("int8 product: [{m}, {}] × [{}, {n}] does not give [{}, {}]", a.cols, b.k, c.rows, c.cols));
+/// A [`PackedI8`] on the VNNI tile or the portable loop (tests run both).
+struct Int8<'a> {
+    b: &'a PackedI8,
+    vnni: bool,
+}
+
+impl Narrow for Int8<'_> {
+    type Rows = RowPanel;
+    const NAME: &'static str = "int8";
+
+    fn dims(&self) -> [usize; 2] {
+        self.b.dims()
     }
-    if a.data.len() < a.span() || c.ld < n || (m > 0 && c.data.len() < (m - 1) * c.ld + n) {
-        return Err(format!("int8 product: operand slices of {} and {} elements are too short for their strides", a.data.len(), c.data.len()));
+
+    fn rows(&self) -> RowPanel {
+        RowPanel::new(self.b.groups)
     }
-    if m == 0 || n == 0 {
-        return Ok(());
+
+    fn fill(&self, rows: &mut RowPanel, a: &Mat<f32>, i0: usize, count: usize) {
+        rows.fill(a, i0, count, self.vnni);
     }
-    let (row_panels, col_panels) = (m.div_ceil(MR), n.div_ceil(NR));
-    let threads = if parallel && m * n * k >= PAR_MACS { rayon::current_num_threads() } else { 1 };
-    // Few row panels for the threads: each also takes a share of the columns.
-    let col_chunks = if threads > 1 { (2 * threads).div_ceil(row_panels).clamp(1, col_panels) } else { 1 };
-    let per_chunk = col_panels.div_ceil(col_chunks);
-    let ld = c.ld;
-    let out = OutPtr(c.data.as_mut_ptr());
-    let task = |t: usize| {
-        let (rp, chunk) = (t / col_chunks, t % col_chunks);
-        let (i0, rows) = (rp * MR, MR.min(m - rp * MR));
-        let mut panel = RowPanel::new(b.groups);
-        panel.fill(&a, i0, rows, vnni);
-        let (p0, p1) = (chunk * per_chunk, ((chunk + 1) * per_chunk).min(col_panels));
-        // SAFETY: tasks write disjoint blocks of `c` (rows of one row panel, columns of one
-        // chunk), which holds row `i0 + r` up to column `n` (checked above) and overlaps no
-        // operand (`&mut`).
-        let row = |r: usize, j0: usize, j1: usize| unsafe { std::slice::from_raw_parts_mut(out.at((i0 + r) * ld + j0), j1 - j0) };
-        for p in p0..p1 {
-            let (j0, cols) = (p * NR, NR.min(n - p * NR));
-            let mut tile = [[0f32; NR]; MR];
-            tile_on(vnni, &panel, b, p, &mut tile);
-            for (r, values) in tile.iter().enumerate().take(rows) {
-                row(r, j0, j0 + cols).copy_from_slice(&values[..cols]);
-            }
-        }
-        // Once per row of the block: a call per tile row cost as much as the bias and GELU.
-        if let Some(e) = epilogue {
-            let (j0, j1) = (p0 * NR, (p1 * NR).min(n));
-            for r in 0..rows.min(if p0 < p1 { MR } else { 0 }) {
-                e(i0 + r, j0, row(r, j0, j1));
-            }
-        }
-    };
-    let tasks = row_panels * col_chunks;
-    if threads > 1 {
-        (0..tasks).into_par_iter().for_each(task);
-    } else {
-        (0..tasks).for_each(task);
+
+    fn tile(&self, rows: &RowPanel, p: usize, out: &mut [[f32; NR]; MR]) {
+        tile_on(self.vnni, rows, self.b, p, out);
     }
-    Ok(())
 }
 
 /// One tile: the panel's rows against column panel `p` of `b`, as f32 outputs.
@@ -428,7 +394,7 @@ mod tests {
     fn run(vnni: bool, a: &[f32], b: &PackedI8, m: usize, parallel: bool) -> Vec<f32> {
         let (k, n) = (b.k, b.n);
         let mut c = vec![f32::NAN; m * n];
-        product_on(vnni, Mat::row_major(a, m, k), b, MatMut::row_major(&mut c, m, n), parallel, None).unwrap();
+        narrow::product(&Int8 { b, vnni }, Mat::row_major(a, m, k), MatMut::row_major(&mut c, m, n), parallel, None).unwrap();
         c
     }
 

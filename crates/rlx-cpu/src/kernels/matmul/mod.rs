@@ -3,7 +3,9 @@
 //! floats widened as they are packed and accumulated in f32; f64 and c32 on the `gemm` crate;
 //! integers on a wrapping i64-accumulating loop.
 
+pub mod bfloat16;
 pub mod int8;
+mod narrow;
 mod rows;
 mod sgemm;
 mod tile;
@@ -247,15 +249,53 @@ pub fn matmul_prepacked(a: In, b: In, packed: &PackedB, out: &mut Out) -> Result
     sgemm_prepacked(a, b, packed, MatMut::row_major(out.get::<f32>(), m, n), false, true, None)
 }
 
-/// `MatMul` of an f32 `a [.., m, k]` and a 2-D weight rounded to 8 bits ([`int8`]), then
-/// `epilogue` over each finished piece of the output.
-pub fn matmul_int8(a: In, b: &int8::PackedI8, out: &mut Out, epilogue: Option<Epilogue>) -> Result<(), String> {
+/// A 2-D f32 weight rounded once to a narrow type, for products other than f32
+/// ([`crate::Products`]).
+pub enum Rounded {
+    Int8(int8::PackedI8),
+    Bf16(bfloat16::PackedBf16),
+}
+
+impl Rounded {
+    /// `b [k, n]` rounded as `products` says; `None` for f32 products.
+    pub fn new(products: crate::Products, b: Mat<f32>) -> Option<Rounded> {
+        match products {
+            crate::Products::F32 => None,
+            crate::Products::Int8 => Some(Rounded::Int8(int8::PackedI8::new(b))),
+            crate::Products::Bf16 => Some(Rounded::Bf16(bfloat16::PackedBf16::new(b))),
+        }
+    }
+
+    /// `[k, n]`, the weight's shape.
+    pub fn dims(&self) -> [usize; 2] {
+        match self {
+            Rounded::Int8(w) => w.dims(),
+            Rounded::Bf16(w) => w.dims(),
+        }
+    }
+
+    /// The values the rounded weight stands for, row-major `[k, n]`.
+    pub fn unpack(&self) -> Vec<f32> {
+        match self {
+            Rounded::Int8(w) => w.unpack(),
+            Rounded::Bf16(w) => w.unpack(),
+        }
+    }
+}
+
+/// `MatMul` of an f32 `a [.., m, k]` and a rounded 2-D weight, then `epilogue` over each
+/// finished piece of the output.
+pub fn matmul_rounded(a: In, b: &Rounded, out: &mut Out, epilogue: Option<Epilogue>) -> Result<(), String> {
     let [k, n] = b.dims();
     if a.dtype != DType::F32 || out.dtype != DType::F32 || a.dims.last() != Some(&k) || out.dims.last() != Some(&n) {
-        return Err(format!("an int8 product takes f32 [.., m, {k}] to f32 [.., m, {n}]; got {:?} {:?} to {:?} {:?}", a.dtype, a.dims, out.dtype, out.dims));
+        return Err(format!("a product of a rounded weight takes f32 [.., m, {k}] to f32 [.., m, {n}]; got {:?} {:?} to {:?} {:?}", a.dtype, a.dims, out.dtype, out.dims));
     }
     let m = out.numel() / n.max(1);
-    int8::product(Mat::row_major(a.get::<f32>(), m, k), b, MatMut::row_major(out.get::<f32>(), m, n), true, epilogue)
+    let (a, c) = (Mat::row_major(a.get::<f32>(), m, k), MatMut::row_major(out.get::<f32>(), m, n));
+    match b {
+        Rounded::Int8(w) => int8::product(a, w, c, true, epilogue),
+        Rounded::Bf16(w) => bfloat16::product(a, w, c, true, epilogue),
+    }
 }
 
 /// `x` with its axes reordered (output axis `i` is input axis `perm[i]`): a copy, or `x`'s own
