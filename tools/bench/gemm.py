@@ -141,7 +141,7 @@ def main():
     peaks = {t: peak_gflops(exe, t) for t in a.threads}
     print("FMA peak GFLOP/s: %s" % ", ".join("%d thread(s) %.1f" % (t, p) for t, p in peaks.items()))
     mkl = " MKL GFLOP/s | rlx / MKL | MKL % peak |" if torch else ""
-    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS |%s rlx % peak | OpenBLAS % peak |" % mkl)
+    print("| M | K | N | threads | rlx GFLOP/s | OpenBLAS GFLOP/s | rlx / OpenBLAS |%s rlx %% peak | OpenBLAS %% peak |" % mkl)
     print("|---|---|---|---|---|---|---|%s---|---|" % ("---|---|---|" if torch else ""))
     for threads in a.threads:
         runs = {s: ([], [], []) for s in shapes}
