@@ -345,18 +345,7 @@ unsafe fn tile_vnni(a: &RowPanel, b: &PackedI8, p: usize, out: &mut [[f32; NR]; 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn random(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::kernels::matmul::tests::random;
 
     /// The module's definition, written apart from the kernels: codes from f32 scales and
     /// reciprocals, sums exact, the output's products in f64.

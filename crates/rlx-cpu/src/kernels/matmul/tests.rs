@@ -3,8 +3,8 @@
 use super::*;
 use crate::view::{In, Out};
 
-/// Uniform values in [-1, 1) from a seeded xorshift stream.
-fn random(len: usize, seed: u64) -> Vec<f32> {
+/// Uniform values in [-1, 1) from a seeded xorshift stream (the int8 and bf16 tests' too).
+pub(super) fn random(len: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
