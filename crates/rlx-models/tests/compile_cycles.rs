@@ -1,8 +1,15 @@
 //! Compile-and-run cycles of a MiniLM-shaped BERT graph (6 layers, hidden 384, a 1,000-token
-//! vocabulary) keep resident memory flat: after a warm-up, 30 more cycles (each compiling the
-//! graph, setting its 11M weights and running a [2, 32] batch) move `VmRSS` by under 8 MiB,
-//! where one leaked copy of the weights would add 43. The only test in its binary, so no other
+//! vocabulary) keep resident memory flat: after a warm-up, each of two runs of 30 cycles (each
+//! compiling the graph, setting its 11M weights and running a [2, 32] batch) — at least one of
+//! them — moves `VmRSS` by under 8 MiB, where a copy of the weights leaked per cycle would add
+//! 43 a cycle to both. The only test in its binary, so no other
 //! test's memory moves the figure. The 10,000-cycle form is `examples/compile_cycles.rs`.
+//!
+//! Freed memory that glibc keeps cached is given back (`malloc_trim`) before each reading:
+//! weights are laid out on whichever rayon worker runs the plan, and each worker's malloc arena
+//! kept the pages of the copy it last freed, so one run in six to twelve read as a
+//! weights-sized "leak" that was only cache. The trim leaves rarer jumps of up to half that (one
+//! run in twenty), which is why two windows are read.
 
 use rlx_models::bert::{BertConfig, Pooling, ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS};
 use rlx_runtime::{Session, Tensor};
@@ -10,7 +17,15 @@ use rlx_train::init::Rng;
 use std::path::Path;
 use std::sync::Arc;
 
+extern "C" {
+    /// glibc: returns the free memory of every malloc arena to the kernel.
+    fn malloc_trim(pad: usize) -> i32;
+}
+
+/// `VmRSS` after glibc gives back what its arenas cache.
 fn rss_mib() -> f64 {
+    // SAFETY: malloc_trim takes no pointers and may be called at any time.
+    unsafe { malloc_trim(0) };
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() / 1024.0
@@ -49,11 +64,16 @@ fn compile_and_run_cycles_keep_resident_memory_flat() {
     for _ in 0..5 {
         cycle();
     }
-    let before = rss_mib();
-    for _ in 0..30 {
-        cycle();
+    let mut readings = vec![rss_mib()];
+    for _ in 0..2 {
+        for _ in 0..30 {
+            cycle();
+        }
+        readings.push(rss_mib());
     }
-    let grew = rss_mib() - before;
-    eprintln!("VmRSS over 30 cycles after 5: {before:.1} MiB, {grew:+.1} MiB");
-    assert!(grew < 8.0, "resident memory grew by {grew:.1} MiB over 30 compile-and-run cycles");
+    let (first, second) = (readings[1] - readings[0], readings[2] - readings[1]);
+    eprintln!("VmRSS after 5 cycles {:.1} MiB, then {first:+.1} and {second:+.1} MiB over two runs of 30", readings[0]);
+    // A leak grows both windows; the allocator's one-off jumps (module docs) land in one.
+    let grew = first.min(second);
+    assert!(grew < 8.0, "resident memory grew by {first:.1} and {second:.1} MiB over two runs of 30 compile-and-run cycles");
 }
