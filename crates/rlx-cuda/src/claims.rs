@@ -92,6 +92,7 @@ mod tests {
         assert_eq!(claim(attention(64, MaskKind::Custom), &[F16, F16, F16, Bool]), Claim::Native);
         assert_eq!(claim(attention(64, MaskKind::Causal), &[F64, F64, F64]), Claim::No, "f64 attention decomposes");
         assert_eq!(claim(attention(1024, MaskKind::None), &[F32, F32, F32]), Claim::No, "heads too wide for the tiles decompose");
+        assert_eq!(claim(attention(64, MaskKind::Bias), &[F32, F32, F32, F32, I64]), Claim::No, "K and V read at rows decompose to gathers");
         let backward = |head_dim, mask_kind| Op::AttentionBackwardAll(AttentionBackwardAll { num_heads: 4, head_dim, mask_kind });
         assert_eq!(claim(backward(128, MaskKind::Causal), &[BF16; 4]), Claim::Native);
         assert_eq!(claim(backward(64, MaskKind::SlidingWindow(8)), &[F16; 4]), Claim::Native);

@@ -99,6 +99,8 @@ mod tests {
         assert_eq!(WgpuClaims.claim(&mm, &[F64, F64]), Claim::No);
         let wide = Op::Attention(Attention::new(2, 512, MaskKind::None));
         assert_eq!(WgpuClaims.claim(&wide, &[F32, F32, F32]), Claim::No, "heads wider than the kernel holds decompose");
+        let rows = Op::Attention(Attention::new(2, 64, MaskKind::None));
+        assert_eq!(WgpuClaims.claim(&rows, &[F32, F32, F32, I64]), Claim::No, "K and V read at rows decompose to gathers");
     }
 
     #[test]

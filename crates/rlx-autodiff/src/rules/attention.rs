@@ -22,11 +22,13 @@ pub fn vjp(op: &Op, v: &mut Vjp) -> Option<Result<Vec<Option<ValueId>>>> {
 /// `dQ, dK, dV` from `AttentionBackward{wrt}` for a single wanted operand, else from
 /// `AttentionBackwardAll` (scores and softmax recomputed once). The backward kinds know no
 /// `score_scale`, softcap, `v_head_dim` or grouped KV heads, and give no bias gradient (OPS.md
-/// §7): with any of those the VJP is taken through the decomposition (whose KV repeat sums each
-/// group's gradients). A Custom mask gets none.
+/// §7): with any of those, or `kv_rows`, the VJP is taken through the decomposition (whose KV
+/// repeat sums each group's gradients, and whose gathers scatter them back to the rows read).
+/// A Custom mask gets none.
 fn attention(a: &Attention, op: &Op, v: &mut Vjp) -> Result<Vec<Option<ValueId>>> {
     let grouped = a.kv_heads(v.g.ty(v.inputs[1])) != a.num_heads;
-    let plain = !grouped && a.score_scale.is_none() && a.attn_logit_softcap.is_none() && a.v_head_dim.is_none_or(|d| d == a.head_dim);
+    let rows = a.kv_rows_input(v.inputs.len()).is_some();
+    let plain = !grouped && !rows && a.score_scale.is_none() && a.attn_logit_softcap.is_none() && a.v_head_dim.is_none_or(|d| d == a.head_dim);
     if !plain || (a.mask_kind == MaskKind::Bias && v.wants(3)) {
         return through_decomposition(op, v);
     }

@@ -19,6 +19,8 @@ pub const KINDS: &[OpKind] = &[
 
 pub fn rule(op: &Op, b: &mut Batch) -> Option<Result<Vec<ValueId>>> {
     let (tensors, mask) = match op {
+        // K and V read at rows: through the decomposition, whose gathers batch.
+        Op::Attention(a) if a.kv_rows_input(b.x.len()).is_some() => return None,
         Op::Attention(a) => (3, a.mask_kind),
         Op::AttentionBackward(a) => (4, a.mask_kind),
         Op::AttentionBackwardAll(a) => (4, a.mask_kind),

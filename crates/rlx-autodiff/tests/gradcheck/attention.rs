@@ -62,6 +62,17 @@ pub const CASES: &[Case] = &[
         tol: F64,
     },
     Case {
+        name: "keys and values read at kv_rows (some twice): gradients go back to the rows read",
+        src: r#"%0 = Input(name:"q",ty:(dtype:F64,shape:[3,4]))()
+            %1 = Input(name:"k",ty:(dtype:F64,shape:[5,4]))()
+            %2 = Input(name:"v",ty:(dtype:F64,shape:[5,4]))()
+            %3 = Input(name:"rows",ty:(dtype:I64,shape:[4]))()
+            %4 = Attention(num_heads:2,head_dim:2,v_head_dim:None,mask_kind:Causal,score_scale:None,attn_logit_softcap:None)(%0, %1, %2, %3)
+            return %4"#,
+        domains: &[("rows", Below(5))],
+        tol: F64,
+    },
+    Case {
         name: "key-padding masks, float and Bool",
         src: r#"%0 = Input(name:"q",ty:(dtype:F64,shape:[3,2,4]))()
             %1 = Input(name:"k",ty:(dtype:F64,shape:[3,3,4]))()

@@ -87,6 +87,12 @@ fn resolve_all(idx: &In, extent: usize, neg: Negatives, what: &str) -> Result<Ve
         .collect()
 }
 
+/// Indices read as `Gather`'s are (each in `[0, extent)`, else an error naming it and
+/// `what`): the rows of `Attention`'s `kv_rows`.
+pub(crate) fn gather_indices(idx: &In, extent: usize, what: &str) -> Result<Vec<usize>, String> {
+    resolve_all(idx, extent, Negatives::Reject, what)
+}
+
 /// Rows of `row` elements: `dst` row `r` is `src` row `pick(r)`; split across threads when large.
 fn copy_rows<T: Pod + Send + Sync>(src: &[T], dst: &mut [T], row: usize, pick: impl Fn(usize) -> usize + Sync) {
     if row == 0 {

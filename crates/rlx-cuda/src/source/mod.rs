@@ -465,6 +465,8 @@ pub fn for_node(op: &Op, dtypes: &[DType]) -> Option<Vec<Source>> {
         Op::SoftmaxCrossEntropyWithLogits(_) => rows::sparse_cross_entropy(d(0)?, d(1)?).map(|s| vec![s]),
         Op::SoftmaxCrossEntropyBackward(_) if d(2)? == d(0)? => rows::sparse_cross_entropy_backward(d(0)?, d(1)?).map(|s| vec![s]),
         Op::Rope(_) | Op::RopeBackward(_) => attention::rope(d(0)?, d(1)?).map(|s| vec![s]),
+        // K and V read at rows have no kernel here: the decomposition gathers them.
+        Op::Attention(a) if a.kv_rows_input(dtypes.len()).is_some() => None,
         Op::Attention(a) if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > attention::MAX_HEAD => None,
         Op::Attention(a) => {
             let mut sources = vec![attention::attention(d(0)?, masking(a.mask_kind, d(3))?)?];

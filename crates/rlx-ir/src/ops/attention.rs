@@ -41,6 +41,13 @@ impl MaskKind {
 /// `softmax(mask((Q·Kᵀ)·α))·V` per batch item and head, with optional Gemma-2 logit softcap
 /// `s = c·tanh(s/c)`; inputs `(q, k, v)` plus `mask` when `mask_kind` takes one. `S_k` may
 /// differ from `S_q`. The output has Q's layout with per-head width `v_head_dim`.
+///
+/// A last, optional input `kv_rows [U]` (integers in `[0, N)`) reads K and V at those rows:
+/// with `[S, H·D]` operands and `k [N, H_kv·D]`, `v [N, H_kv·D_v]`, the result is that of
+/// `Gather(axis 0)` of both by `kv_rows` first (`S_k = U`, the mask indexing the gathered
+/// rows), without the copies: a pooled KV cache read in place by each step's sequences.
+/// Only the rank-2 layout takes it; backends that do not claim this form get the gathers
+/// back through the decomposition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Attention {
     pub num_heads: usize,
@@ -74,6 +81,12 @@ impl Attention {
     /// [`Attention::kv_heads`] of a key operand of concrete `dims` (a kernel's view).
     pub fn kv_heads_of_dims(&self, dims: &[usize]) -> usize {
         kv_heads_at(self.num_heads, self.head_dim, dims.len(), |axis| dims.get(axis).copied())
+    }
+
+    /// The position of the `kv_rows` input among a node's `inputs` inputs, when it has one.
+    pub fn kv_rows_input(&self, inputs: usize) -> Option<usize> {
+        let at = 3 + usize::from(self.mask_kind.takes_input());
+        (inputs > at).then_some(at)
     }
 }
 
@@ -238,9 +251,23 @@ fn check_mask(mask_kind: MaskKind, mask: &TensorType, q: &TensorType, k: &Tensor
     Ok(())
 }
 
+/// K and V as the `kv_rows [U]` of `rows` reads them: `[U, width]` of each rank-2 operand.
+fn rows_read(rows: &TensorType, k: &TensorType, v: &TensorType) -> Result<(TensorType, TensorType), String> {
+    if !rows.dtype.is_int() || rows.rank() != 1 {
+        return Err(format!("kv_rows {rows} must be a rank-1 integer tensor"));
+    }
+    if k.rank() != 2 || v.rank() != 2 {
+        return Err(format!("kv_rows reads rank-2 [N, H·D] keys and values, got k {k} and v {v}"));
+    }
+    expect_dim("v", v, 0, k.shape.dim(0), "the rows of k")?;
+    let read = |t: &TensorType| TensorType::new(t.dtype, Shape(vec![rows.shape.dim(0).clone(), t.shape.dim(1).clone()]));
+    Ok((read(k), read(v)))
+}
+
 impl OpDef for Attention {
     fn arity(&self) -> Arity {
-        Arity::Exact(if self.mask_kind.takes_input() { 4 } else { 3 })
+        let n = 3 + usize::from(self.mask_kind.takes_input());
+        Arity::Between(n, n + 1)
     }
     fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         check_heads(self.num_heads, self.head_dim, self.mask_kind)?;
@@ -254,9 +281,13 @@ impl OpDef for Attention {
             return Err(format!("attn_logit_softcap must be finite and positive, got {c}"));
         }
         let v_dim = self.v_head_dim.unwrap_or(self.head_dim);
-        let out = check_qkv(self.num_heads, self.head_dim, v_dim, true, inputs)?;
+        let mut qkv = inputs[..3].to_vec();
+        if let Some(at) = self.kv_rows_input(inputs.len()) {
+            (qkv[1], qkv[2]) = rows_read(&inputs[at], &inputs[1], &inputs[2])?;
+        }
+        let out = check_qkv(self.num_heads, self.head_dim, v_dim, true, &qkv)?;
         if self.mask_kind.takes_input() {
-            check_mask(self.mask_kind, &inputs[3], &inputs[0], &inputs[1], self.num_heads)?;
+            check_mask(self.mask_kind, &inputs[3], &qkv[0], &qkv[1], self.num_heads)?;
         }
         Ok(vec![out])
     }
@@ -413,7 +444,30 @@ mod tests {
         let e = g.attention(Attention::new(2, 32, MaskKind::Custom), q, q, q, Some(bias)).unwrap_err().to_string();
         assert!(e.contains("does not broadcast to [B, S_k] = [B, S]"), "{e}");
         let e = g.attention(Attention::new(2, 32, MaskKind::Bias), q, q, q, None).unwrap_err().to_string();
-        assert!(e.contains("takes 4 inputs, got 3"), "{e}");
+        assert!(e.contains("takes 4 to 5 inputs, got 3"), "{e}");
+    }
+
+    #[test]
+    fn kv_rows_read_rank_2_keys_and_values_at_their_rows() {
+        let mut g = Graph::new();
+        let q = g.input("q", ty(&["T", "576"]));
+        let (k, v) = (g.input("k", ty(&["4096", "192"])), g.input("v", ty(&["4096", "192"])));
+        let rows = g.input("rows", TensorType::new(DType::I64, Shape(vec![Dim::sym("U")])));
+        let bias = g.input("bias", ty(&["T", "U"]));
+        let attrs = Attention::new(9, 64, MaskKind::Bias);
+        assert_eq!(attrs.kv_rows_input(5), Some(4));
+        assert_eq!(attrs.kv_rows_input(4), None);
+        let o = g.add1(attrs.clone(), &[q, k, v, bias, rows]).unwrap();
+        assert_eq!(g.ty(o), g.ty(q));
+        let keys = g.input("keys", ty(&["T", "576"]));
+        let e = g.add1(attrs.clone(), &[q, k, v, keys, rows]).unwrap_err().to_string();
+        assert!(e.contains("does not broadcast to [B, H, S_q, S_k] = [1, 9, T, U]"), "{e}");
+        let e = g.add1(attrs, &[q, k, v, bias, bias]).unwrap_err().to_string();
+        assert!(e.contains("kv_rows f32[T, U] must be a rank-1 integer tensor"), "{e}");
+        let q3 = g.input("q3", ty(&["B", "T", "576"]));
+        let k3 = g.input("k3", ty(&["B", "4096", "192"]));
+        let e = g.add1(Attention::new(9, 64, MaskKind::None), &[q3, k3, k3, rows]).unwrap_err().to_string();
+        assert!(e.contains("kv_rows reads rank-2 [N, H·D] keys and values"), "{e}");
     }
 
     #[test]

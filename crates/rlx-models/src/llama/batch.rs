@@ -7,7 +7,9 @@
 //! contiguous run of slots; attention reads the union of the step's sequences' slots
 //! (gathered, sequence by sequence, each from a multiple of 128 rows) under a mask that shows each token only its own
 //! sequence's earlier positions, so its result is the one the sequence gets alone. Everything
-//! here is host bookkeeping and graph inputs: any backend that runs the graph batches.
+//! here is host bookkeeping and graph inputs: any backend that runs the graph batches. A
+//! backend that claims `Attention`'s `kv_rows` form (the CPU) gets the gathers folded into
+//! the attention at compile time, which then reads the pools in place.
 //!
 //! Step shapes are bucketed (tokens and union rows padded to powers of two) so that the
 //! executor keeps a bounded set of plans, one per bucket, however long a server runs.
@@ -622,6 +624,15 @@ mod tests {
         assert_eq!(seen(2), (256..386).collect::<Vec<_>>());
         assert_eq!(seen(3), vec![0], "the padding token sees one row");
         assert_eq!((&rows[..5], &rows[128..130], rows[385]), (&[100i64, 101, 102, 103, 0][..], &[110i64, 1][..], 2));
+    }
+
+    #[test]
+    fn the_cpu_reads_the_pools_in_place() {
+        // Each layer's gathers of its pooled keys and values fold into its attention.
+        let d = tiny_decoder(256);
+        let g = d.compiled.graph();
+        let attention: Vec<usize> = g.nodes().iter().filter(|n| n.op.kind() == rlx_ir::OpKind::Attention).map(|n| n.inputs.len()).collect();
+        assert_eq!(attention, [5, 5], "q, k, v, mask, kv_rows:\n{g}");
     }
 
     #[test]

@@ -28,7 +28,7 @@ const MASKED: f64 = -1e9;
 
 pub fn decompose(op: &Op, g: &mut Graph, x: &[ValueId]) -> Option<R<Vec<ValueId>>> {
     Some(match op {
-        Op::Attention(a) => in_f32(g, x, |g, x| attention(g, a, x)).map(|v| vec![v]),
+        Op::Attention(a) => read_rows(g, a, x).and_then(|x| in_f32(g, &x, |g, x| attention(g, a, x))).map(|v| vec![v]),
         Op::AttentionBackward(a) => {
             let wrt = match a.wrt {
                 AttentionBwdWrt::Query => 0,
@@ -211,6 +211,17 @@ fn weights(
 }
 
 /// `(q, k, v, mask?)` → `softmax(mask(α·Q·Kᵀ))·V` in Q's layout.
+/// `(q, k, v, mask?)` of an `Attention`, K and V gathered at its `kv_rows` when it has them.
+fn read_rows(g: &mut Graph, a: &Attention, x: &[ValueId]) -> R<Vec<ValueId>> {
+    let mut x = x.to_vec();
+    if let Some(at) = a.kv_rows_input(x.len()) {
+        let rows = x.remove(at);
+        x[1] = g.gather(x[1], rows, 0)?;
+        x[2] = g.gather(x[2], rows, 0)?;
+    }
+    Ok(x)
+}
+
 fn attention(g: &mut Graph, a: &Attention, x: &[ValueId]) -> R {
     let (qt, kt) = (g.ty(x[0]).clone(), g.ty(x[1]).clone());
     let keep = keep_mask(g, a.mask_kind, x.get(3).copied(), &qt, &kt)?;
@@ -472,6 +483,18 @@ mod tests {
         assert!(lowers(&src, "Attention").contains("Compare(op:Ge)"));
         let src = format!("{q}%3 = Input(name:\"b\",ty:(dtype:F16,shape:[3,5]))()\n%4 = {}(%0, %1, %2, %3)\nreturn %4\n", attn("Bias"));
         assert!(lowers(&src, "Attention").contains("Cast(to:F16)"));
+    }
+
+    #[test]
+    fn kv_rows_lower_to_gathers_of_the_keys_and_values() {
+        let q = qkv("F32", "[3,8]", "[20,8]");
+        let src = format!(
+            "{q}%3 = Input(name:\"b\",ty:(dtype:F32,shape:[3,6]))()\n\
+             %4 = Input(name:\"rows\",ty:(dtype:I64,shape:[6]))()\n%5 = {}(%0, %1, %2, %3, %4)\nreturn %5\n",
+            attn("Bias")
+        );
+        let text = lowers(&src, "Attention");
+        assert_eq!(text.matches("Gather(axis:0)").count(), 2, "{text}");
     }
 
     #[test]

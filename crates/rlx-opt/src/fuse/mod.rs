@@ -1,4 +1,5 @@
-//! Fusion: small local rewrites that fold chains of ops into the fused kinds of OPS.md §19,
+//! Fusion: small local rewrites that fold chains of ops into the fused kinds of OPS.md §19
+//! (and gathers of keys and values into the `Attention` that reads them, as its `kv_rows`),
 //! each emitted only where the backend claims it natively for the fused node's input dtypes.
 //!
 //! Runs in compile after legalization, so it also sees the primitives that decompositions
@@ -7,6 +8,7 @@
 //! from the pattern's inputs and stands it in for the root. The pattern's inner nodes must have
 //! no other reader, so they are dead afterwards and dead-code elimination drops them.
 
+mod attention;
 mod conv;
 mod matmul;
 mod norm;
@@ -86,6 +88,7 @@ const RULES: &[Rule] = &[
     Rule { kind: OpKind::FusedResidualLN, fuse: norm::fuse_layer_norm },
     Rule { kind: OpKind::FusedResidualRmsNorm, fuse: norm::fuse_rms_norm },
     Rule { kind: OpKind::ElementwiseRegion, fuse: region::fuse },
+    Rule { kind: OpKind::Attention, fuse: attention::fuse },
 ];
 
 /// Folds the patterns of every fused kind that `claims` holds into fused nodes.

@@ -53,7 +53,7 @@ pub fn rope(x: DType, table: DType) -> Option<Kernel> {
 /// heads it does not take (f32 Q, K, V; masks by position or a key mask of any dtype;
 /// heads up to [`MAX_HEAD`] wide; no additive bias).
 pub fn for_attention(a: &Attention, dtypes: &[DType]) -> Option<Kernel> {
-    if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > MAX_HEAD || a.mask_kind == MaskKind::Bias {
+    if a.head_dim.max(a.v_head_dim.unwrap_or(0)) > MAX_HEAD || a.mask_kind == MaskKind::Bias || a.kv_rows_input(dtypes.len()).is_some() {
         return None;
     }
     if dtypes.len() < 3 || dtypes[..3].iter().any(|&d| d != DType::F32) {

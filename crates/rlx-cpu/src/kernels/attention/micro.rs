@@ -19,18 +19,46 @@ const OUT_COLS: usize = 16;
 /// two would wait on the latency of each multiply-add).
 const ROW_COLS: usize = 64;
 
-/// One head's rows of one operand: row `s` is `data[s·stride..][..width]`.
+/// One head's rows of one operand: row `s` is `data[r·stride..][..width]` with `r = at[s]`
+/// where the rows are read at indices (K and V at `kv_rows`), else `r = s`.
 #[derive(Clone, Copy)]
 pub struct Rows<'a> {
     pub data: &'a [f32],
     pub stride: usize,
     pub width: usize,
+    pub at: Option<&'a [usize]>,
 }
 
 impl<'a> Rows<'a> {
     #[inline(always)]
     pub fn row(&self, s: usize) -> &'a [f32] {
-        &self.data[s * self.stride..][..self.width]
+        let r = self.at.map_or(s, |at| at[s]);
+        &self.data[r * self.stride..][..self.width]
+    }
+
+    /// The rows from `s0` on.
+    #[inline(always)]
+    pub fn skip(self, s0: usize) -> Rows<'a> {
+        match self.at {
+            Some(at) => Rows { at: Some(&at[s0..]), ..self },
+            None => Rows { data: &self.data[s0 * self.stride..], ..self },
+        }
+    }
+
+    /// Row `s`, or `None` past the last.
+    #[inline(always)]
+    fn get(&self, s: usize) -> Option<&'a [f32]> {
+        let r = match self.at {
+            Some(at) => *at.get(s)?,
+            None => s,
+        };
+        self.data.get(r * self.stride..)?.get(..self.width)
+    }
+
+    /// The starts of rows `s .. s + 8`.
+    #[inline(always)]
+    fn eight(&self, s: usize) -> [*const f32; 8] {
+        std::array::from_fn(|r| self.row(s + r).as_ptr())
     }
 }
 
@@ -44,13 +72,14 @@ pub fn transpose(x: Rows, n: usize, out: &mut [f32], ld: usize) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") {
         while i0 + 8 <= n {
+            let rows = x.eight(i0);
             let mut p = 0;
             while p + 8 <= x.width {
                 // Safety: the CPU has AVX2; rows i0..i0 + 8 (all below n, asserted to exist)
                 // hold floats p..p + 8, and `out` holds `out[(p + 7)·ld + i0 + 8]` (i0 + 8 ≤ n
                 // ≤ ld, p + 8 ≤ width).
                 unsafe {
-                    let columns = columns8(x.data.as_ptr().add(i0 * x.stride + p), x.stride);
+                    let columns = columns8(rows, p);
                     for (c, column) in columns.into_iter().enumerate() {
                         std::arch::x86_64::_mm256_storeu_ps(out.as_mut_ptr().add((p + c) * ld + i0), column);
                     }
@@ -72,17 +101,17 @@ pub fn transpose(x: Rows, n: usize, out: &mut [f32], ld: usize) {
     }
 }
 
-/// The 8 × 8 block of eight rows `stride` apart from `x`, as its columns: vector `c` holds
-/// `x[r·stride + c]` in lane `r` (an 8 × 8 transposition in registers).
+/// The 8 × 8 block of columns `p .. p + 8` of eight rows, as its columns: vector `c` holds
+/// `rows[r][p + c]` in lane `r` (an 8 × 8 transposition in registers).
 ///
 /// # Safety
-/// The CPU has AVX2, and each of the eight rows holds eight floats at `x + r·stride`.
+/// The CPU has AVX2, and each of the eight rows holds eight floats from `p`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn columns8(x: *const f32, stride: usize) -> [std::arch::x86_64::__m256; 8] {
+unsafe fn columns8(rows: [*const f32; 8], p: usize) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
-    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(i * stride)));
+    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(rows[i].add(p)));
     let t = [
         _mm256_unpacklo_ps(r[0], r[1]),
         _mm256_unpackhi_ps(r[0], r[1]),
@@ -203,7 +232,7 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
         if R == 1 && W == ROW_COLS {
             prefetch::<L1>(v, j + PREFETCH_ROWS..j + PREFETCH_ROWS + 1);
         }
-        let x: &[f32; W] = v.data[j * v.stride + c0..][..W].try_into().expect("W columns");
+        let x: &[f32; W] = v.row(j)[c0..][..W].try_into().expect("W columns");
         let w: &[f32] = &p[j * ld + i0..][..R];
         for r in 0..R {
             for c in 0..W {
@@ -237,7 +266,7 @@ pub const L2: i32 = 0;
 pub fn prefetch<const HINT: i32>(x: Rows, rows: Range<usize>) {
     #[cfg(target_arch = "x86_64")]
     for r in rows {
-        let Some(row) = x.data.get(r * x.stride..).and_then(|d| d.get(..x.width)) else { return };
+        let Some(row) = x.get(r) else { return };
         for line in row.chunks(16) {
             // Safety: a prefetch of an address inside the slice; it reads nothing.
             unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(line.as_ptr().cast()) };
@@ -294,14 +323,12 @@ unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> us
     if n == 0 {
         return keys.start;
     }
-    assert!(
-        k.width >= q.len() && (keys.end - 1) * k.stride + k.width <= k.data.len() && keys.end <= s.len(),
-        "attention dots out of bounds"
-    );
+    assert!(k.width >= q.len() && keys.end <= s.len(), "attention dots out of bounds");
     let mut j = keys.start;
     while j + 8 * DOT_GROUPS <= end {
         prefetch::<L1>(k, j + 16 * DOT_GROUPS..j + 24 * DOT_GROUPS);
-        // Safety: rows j..j + 8·DOT_GROUPS and s[j..] are in bounds (asserted above).
+        // Safety: rows j..j + 8·DOT_GROUPS are rows of `k` (read through `Rows::row`) of at
+        // least `q.len()` floats, and s[j..] is in bounds (asserted above).
         unsafe { dot_groups::<DOT_GROUPS>(q, k, j, s) };
         j += 8 * DOT_GROUPS;
     }
@@ -311,7 +338,7 @@ unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> us
         j += 8;
     }
     if j < keys.end {
-        // Safety: as above: keys.end − 8 ≥ keys.start (n ≥ 8), rows up to keys.end asserted.
+        // Safety: as above: keys.end − 8 ≥ keys.start (n ≥ 8).
         unsafe { dot_groups::<1>(q, k, keys.end - 8, s) };
         j = keys.end;
     }
@@ -319,17 +346,19 @@ unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> us
 }
 
 /// `s[j..j + 8·G]`: `G` groups of eight keys, each a vector of eight lanes summed over `p` in
-/// order. Rows `j..j + 8·G` of `k` must have `q.len()` elements and `s` must hold them.
+/// order. Rows `j..j + 8·G` of `k` (bounds-checked) must have `q.len()` elements and `s`
+/// must hold them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = q.len();
+    let rows: [[*const f32; 8]; G] = std::array::from_fn(|g| k.eight(j + 8 * g));
     let mut acc = [_mm256_setzero_ps(); G];
     let mut p = 0;
     while p + 8 <= d {
         for (g, a) in acc.iter_mut().enumerate() {
-            let columns = columns8(k.data.as_ptr().add((j + 8 * g) * k.stride + p), k.stride);
+            let columns = columns8(rows[g], p);
             for (c, column) in columns.into_iter().enumerate() {
                 *a = _mm256_fmadd_ps(column, _mm256_set1_ps(q[p + c]), *a);
             }
@@ -338,8 +367,8 @@ unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]
     }
     for (p, &y) in q.iter().enumerate().skip(p) {
         for (g, a) in acc.iter_mut().enumerate() {
-            let x = k.data.as_ptr().add((j + 8 * g) * k.stride + p);
-            let col = _mm256_setr_ps(*x, *x.add(k.stride), *x.add(2 * k.stride), *x.add(3 * k.stride), *x.add(4 * k.stride), *x.add(5 * k.stride), *x.add(6 * k.stride), *x.add(7 * k.stride));
+            let x = rows[g].map(|r| *r.add(p));
+            let col = _mm256_setr_ps(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
             *a = _mm256_fmadd_ps(col, _mm256_set1_ps(y), *a);
         }
     }
@@ -360,7 +389,7 @@ mod tests {
         let (n, d, stride) = (45, 20, 23);
         let keys: Vec<f32> = (0..n * stride).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
         let q: Vec<f32> = (0..d).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
-        let k = Rows { data: &keys, stride, width: d };
+        let k = Rows { data: &keys, stride, width: d, at: None };
         for start in [0, 1, 5, 8] {
             for end in start..=n {
                 let mut s = vec![f32::NAN; n];

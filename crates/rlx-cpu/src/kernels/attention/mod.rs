@@ -324,12 +324,13 @@ fn head_block<T: Real>(
     out
 }
 
-/// The operand layouts `(q, k, v, out)`, masking and logit transform of one node.
-fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Heads, Heads, Heads), Masking<T>, Logits<T>) {
+/// The operand layouts `(q, k, v, out)`, masking and logit transform of one node whose
+/// queries see `s_k` keys.
+fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize], s_k: usize) -> ((Heads, Heads, Heads, Heads), Masking<T>, Logits<T>) {
     let kv = a.kv_heads_of_dims(ins[1].dims);
     let layouts = (Heads::of(ins[0].dims, a.num_heads), Heads::of(ins[1].dims, kv), Heads::of(ins[2].dims, kv), Heads::of(out_dims, a.num_heads));
-    let (lq, lk) = (layouts.0, layouts.1);
-    let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), lq.batch, a.num_heads, lq.seq, lk.seq);
+    let lq = layouts.0;
+    let mask = Masking::<T>::new(a.mask_kind, ins.get(3).copied(), lq.batch, a.num_heads, lq.seq, s_k);
     // The default scale in f64 (`Attention::scale` rounds it to f32).
     let scale = a.score_scale.map_or(1.0 / (a.head_dim as f64).sqrt(), f64::from);
     let logits = Logits { scale: T::of(scale), softcap: a.attn_logit_softcap.map(|c| T::of(c as f64)) };
@@ -338,7 +339,7 @@ fn setup<T: Real>(a: &Attention, ins: &[In], out_dims: &[usize]) -> ((Heads, Hea
 
 /// The scalar forward kernel over typed slices (f64; f32 runs on register tiles in `tiled.rs`).
 fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
-    let ((lq, lk, lv, lo), mask, logits) = setup::<T>(a, ins, out.dims);
+    let ((lq, lk, lv, lo), mask, logits) = setup::<T>(a, ins, out.dims, Heads::of(ins[1].dims, 1).seq);
     let (bsz, heads, s_q, s_k) = (lq.batch, a.num_heads, lq.seq, lk.seq);
     let (xq, xk, xv) = (ins[0].get::<T>(), ins[1].get::<T>(), ins[2].get::<T>());
     let (d, dv) = (lq.width, lv.width);
@@ -368,19 +369,44 @@ fn forward<T: Real>(a: &Attention, ins: &[In], out: &mut Out) {
     }
 }
 
-/// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`; any of the three
-/// layouts, `S_k ≠ S_q`, grouped KV heads (read in place by each query head of their group),
-/// `v_head_dim`, `score_scale` and softcap. Keys are tiled with an online
-/// softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads × query blocks.
-/// F32 (and the half floats, widened) runs on register tiles, F64 on scalar dot products.
+/// `Attention`: inputs `(q, k, v)` plus the mask/bias for `Custom`/`Bias`, and K and V's
+/// `kv_rows`; any of the three layouts, `S_k ≠ S_q`, grouped KV heads (read in place by each
+/// query head of their group), `v_head_dim`, `score_scale` and softcap. Keys are tiled with
+/// an online softmax, so no `S_q × S_k` matrix is formed; work splits over batch × heads ×
+/// query blocks. F32 (and the half floats, widened) runs on register tiles, reading K and V
+/// at their `kv_rows` in place; F64 on scalar dot products, over the rows gathered first.
 pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), String> {
-    through_f32(ins, outs, |ins, outs| match ins[0].dtype {
-        DType::F32 => {
-            let (layouts, mask, logits) = setup::<f32>(a, ins, outs[0].dims);
-            tiled::forward(layouts, (ins[0].get(), ins[1].get(), ins[2].get()), logits, &mask, &mut outs[0])
+    let (ins, kv_rows) = match a.kv_rows_input(ins.len()) {
+        Some(at) => {
+            let n = ins[1].dims.first().copied().unwrap_or(0);
+            (&ins[..at], Some(super::index::gather_indices(&ins[at], n, &format!("the {n} rows of k and v"))?))
         }
-        _ => by_float!(ins[0].dtype, T => forward::<T>(a, ins, &mut outs[0])),
+        None => (ins, None),
+    };
+    through_f32(ins, outs, |ins, outs| match (ins[0].dtype, kv_rows.as_deref()) {
+        (DType::F32, rows) => {
+            let s_k = rows.map_or(Heads::of(ins[1].dims, 1).seq, <[usize]>::len);
+            let (layouts, mask, logits) = setup::<f32>(a, ins, outs[0].dims, s_k);
+            tiled::forward(layouts, (ins[0].get(), ins[1].get(), ins[2].get()), rows, logits, &mask, &mut outs[0])
+        }
+        (DType::F64, Some(rows)) => {
+            let (k, v) = (gathered::<f64>(ins[1], rows), gathered::<f64>(ins[2], rows));
+            let dims = [[rows.len(), ins[1].dims[1]], [rows.len(), ins[2].dims[1]]];
+            let mut read = ins.to_vec();
+            read[1] = In { dtype: DType::F64, dims: &dims[0], bytes: bytemuck::cast_slice(&k) };
+            read[2] = In { dtype: DType::F64, dims: &dims[1], bytes: bytemuck::cast_slice(&v) };
+            forward::<f64>(a, &read, &mut outs[0]);
+            Ok(())
+        }
+        (d, Some(_)) => Err(format!("attention with kv_rows runs on f32 and f64, not {d}")),
+        (d, None) => by_float!(d, T => forward::<T>(a, ins, &mut outs[0])),
     })
+}
+
+/// Rows `rows` of a rank-2 operand `x`, contiguous.
+fn gathered<T: bytemuck::Pod>(x: In, rows: &[usize]) -> Vec<T> {
+    let (data, width) = (x.get::<T>(), x.dims[1]);
+    rows.iter().flat_map(|&r| &data[r * width..(r + 1) * width]).copied().collect()
 }
 
 #[cfg(test)]
@@ -637,6 +663,62 @@ mod tests {
         let bias = data(h * sq * sk, 10);
         let (y64, y32) = both(&with_dv(MaskKind::Bias), [(&q4, 11), (&k4, 12), (&v4, 13)], Some((&[1, h, sq, sk], bias)));
         assert_f32_close(&y64, &y32, "bias");
+    }
+
+    #[test]
+    fn kv_rows_read_in_place_give_the_bits_of_the_rows_gathered_first() {
+        // `[S, H·D]` queries of 6 heads over 3 KV heads of 16, K and V read at rows of a
+        // 200-row pool: 3 decode queries each over its own scattered rows under a bias (the
+        // per-query path), and 20 causal queries over 150 rows (lane tiles). In place, f32
+        // gives the bits it gives on the rows gathered first, and f64 agrees.
+        let (h, kv, d, n) = (6, 3, 16, 200);
+        let (k, v) = (data(n * kv * d, 2), data(n * kv * d, 3));
+        let own: [&[i64]; 3] = [&[5, 6, 7, 130, 2], &[10, 11, 12, 13, 14, 15, 131, 133, 199], &[20, 1, 3]];
+        let mut rows = vec![0i64; 24];
+        let mut bias = vec![-1e9; 3 * 24];
+        for (i, r) in own.iter().enumerate() {
+            rows[8 * i..8 * i + r.len()].copy_from_slice(r);
+            bias[i * 24 + 8 * i..i * 24 + 8 * i + r.len()].fill(0.0);
+        }
+        let decode = (Attention::new(h, d, MaskKind::Bias), 3, rows, Some(bias));
+        let prefill = (Attention::new(h, d, MaskKind::Causal), 20, (0..150).map(|r| (r * 7 % n) as i64).collect(), None);
+        for (a, sq, rows, bias) in [decode, prefill] {
+            let q = data(sq * h * d, 1);
+            let u = rows.len();
+            let pick = |x: &[f64]| -> Vec<f64> { rows.iter().flat_map(|&r| x[r as usize * kv * d..][..kv * d].to_vec()).collect() };
+            let (kg, vg) = (pick(&k), pick(&v));
+            let f32s = |x: &[f64]| -> Vec<f32> { x.iter().map(|&v| v as f32).collect() };
+            let (dq, dk, dg, db) = ([sq, h * d], [n, kv * d], [u, kv * d], [sq, u]);
+            let bias32 = bias.as_deref().map(f32s);
+            let run32 = |k: &[f32], v: &[f32], kdims: &[usize], rows: Option<&[i64]>| -> Result<Vec<f32>, String> {
+                let q32 = f32s(&q);
+                let mut ins = vec![In { dtype: DType::F32, dims: &dq, bytes: bytemuck::cast_slice(&q32) }];
+                ins.push(In { dtype: DType::F32, dims: kdims, bytes: bytemuck::cast_slice(k) });
+                ins.push(In { dtype: DType::F32, dims: kdims, bytes: bytemuck::cast_slice(v) });
+                ins.extend(bias32.as_ref().map(|b| In { dtype: DType::F32, dims: &db, bytes: bytemuck::cast_slice(b) }));
+                ins.extend(rows.map(|r| In { dtype: DType::I64, dims: std::slice::from_ref(&u), bytes: bytemuck::cast_slice(r) }));
+                let mut y = vec![0f32; sq * h * d];
+                attention(&a, &ins, &mut [Out { dtype: DType::F32, dims: &dq, bytes: bytemuck::cast_slice_mut(&mut y) }])?;
+                Ok(y)
+            };
+            let in_place = run32(&f32s(&k), &f32s(&v), &dk, Some(&rows)).unwrap();
+            let first = run32(&f32s(&kg), &f32s(&vg), &dg, None).unwrap();
+            for (i, (x, y)) in in_place.iter().zip(&first).enumerate() {
+                assert_eq!(x.to_bits(), y.to_bits(), "{sq} queries [{i}]: {x} in place, {y} gathered");
+            }
+            let mut y64 = vec![0f64; sq * h * d];
+            let mut ins = vec![In { dtype: DType::F64, dims: &dq, bytes: bytemuck::cast_slice(&q) }];
+            ins.push(In { dtype: DType::F64, dims: &dk, bytes: bytemuck::cast_slice(&k) });
+            ins.push(In { dtype: DType::F64, dims: &dk, bytes: bytemuck::cast_slice(&v) });
+            ins.extend(bias.as_ref().map(|b| In { dtype: DType::F64, dims: &db, bytes: bytemuck::cast_slice(b) }));
+            ins.push(In { dtype: DType::I64, dims: std::slice::from_ref(&u), bytes: bytemuck::cast_slice(&rows) });
+            attention(&a, &ins, &mut [Out { dtype: DType::F64, dims: &dq, bytes: bytemuck::cast_slice_mut(&mut y64) }]).unwrap();
+            assert_f32_close(&y64, &in_place, &format!("{sq} queries"));
+            let mut bad = rows.clone();
+            bad[1] = n as i64;
+            let e = run32(&f32s(&k), &f32s(&v), &dk, Some(&bad)).unwrap_err();
+            assert!(e.contains("index 200 at [1] of the indices is outside [0, 200), the extent of the 200 rows of k and v"), "{e}");
+        }
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! batched decode step: each sequence's query over its own cache), instead take dot products
 //! over each query's own key rows, in the same order of operations per query, so a query's
 //! output is the same bits in either.
+//! K and V rows may be read at indices (`kv_rows`: a pooled KV cache read in place), in the
+//! same order of operations as the rows gathered first, so with the same bits.
 //! Memory stays at one block × tile of logits, whatever the sequence length. Same results
 //! as the scalar kernel in `mod.rs` (which f64 keeps) up to f32 summation order.
 
@@ -41,12 +43,7 @@ struct Head<'a> {
     mask: &'a Masking<f32>,
 }
 
-impl<'a> Head<'a> {
-    /// Keys (or values) from row `t0` on.
-    fn from(x: Rows<'a>, t0: usize) -> Rows<'a> {
-        Rows { data: &x.data[t0 * x.stride..], ..x }
-    }
-
+impl Head<'_> {
     /// Whether logits need the scalar softcap or bias pass before scaling.
     fn special(&self) -> bool {
         self.logits.softcap.is_some() || !self.mask.bias.is_empty()
@@ -131,7 +128,7 @@ fn block_generic(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
     if !few {
         sc.qt.clear();
         sc.qt.resize(d * QB, 0.0);
-        micro::transpose(Head::from(hd.q, q0), nq, &mut sc.qt, QB);
+        micro::transpose(hd.q.skip(q0), nq, &mut sc.qt, QB);
     }
     for t0 in (lo..hi).step_by(KT) {
         let nk = KT.min(hi - t0);
@@ -160,7 +157,7 @@ fn apart(ranges: &[(usize, usize)], span: usize) -> bool {
 fn lane_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, usize), st: &mut Softmax, sc: &mut Scratch) {
     let nq = ranges.len();
     let nl = nq.next_multiple_of(LANES);
-    let keys = Head::from(hd.k, t0);
+    let keys = hd.k.skip(t0);
     let s = &mut sc.scores[..nk * QB];
     for l0 in (0..nl).step_by(LANES) {
         let own = ranges[l0..nq.min(l0 + LANES)].iter().map(|&r| local(r, t0, nk)).filter(|r| !r.is_empty());
@@ -217,7 +214,7 @@ fn lane_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, 
     for (sum, t) in st.sum[..nl].iter_mut().zip(tile_sum) {
         *sum += t;
     }
-    micro::weighted_values(s, QB, Head::from(hd.v, t0), 0..nq, |i| local(ranges[i], t0, nk), &mut sc.acc);
+    micro::weighted_values(s, QB, hd.v.skip(t0), 0..nq, |i| local(ranges[i], t0, nk), &mut sc.acc);
 }
 
 /// One key tile `[t0, t0 + nk)` for a block of a few queries, one query at a time: logits
@@ -225,7 +222,7 @@ fn lane_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, 
 /// in the same order.
 #[inline(always)]
 fn few_tile(hd: &Head, q0: usize, ranges: &[(usize, usize)], (t0, nk): (usize, usize), st: &mut Softmax, sc: &mut Scratch) {
-    let (keys, values, dv) = (Head::from(hd.k, t0), Head::from(hd.v, t0), hd.v.width);
+    let (keys, values, dv) = (hd.k.skip(t0), hd.v.skip(t0), hd.v.width);
     let scale = hd.scale();
     for (i, &r) in ranges.iter().enumerate() {
         let own = local(r, t0, nk);
@@ -306,18 +303,20 @@ fn block(hd: &Head, q0: usize, nq: usize, sc: &mut Scratch) {
     block_generic(hd, q0, nq, sc)
 }
 
-/// One tensor's rows of head `(b, h)`.
-fn head_rows<'a>(l: &Heads, x: &'a [f32], (b, h): (usize, usize), what: &str) -> Result<Rows<'a>, String> {
+/// One tensor's rows of head `(b, h)`, read at the rows `at` when given.
+fn head_rows<'a>(l: &Heads, x: &'a [f32], (b, h): (usize, usize), at: Option<&'a [usize]>, what: &str) -> Result<Rows<'a>, String> {
     let (start, stride) = (l.row(b, h, 0), l.row(b, h, 1) - l.row(b, h, 0));
     let end = if l.seq == 0 { start } else { start + (l.seq - 1) * stride + l.width };
     let data = x.get(start..end).ok_or_else(|| format!("attention: {what} of {} elements has no rows [{start}, {end}) for head ({b}, {h})", x.len()))?;
-    Ok(Rows { data, stride, width: l.width })
+    Ok(Rows { data, stride, width: l.width, at })
 }
 
-/// The f32 forward over `[B, H, S, D]`, `[B, S, H·D]` or `[S, H·D]` operands (see [`Heads`]).
+/// The f32 forward over `[B, H, S, D]`, `[B, S, H·D]` or `[S, H·D]` operands (see [`Heads`]),
+/// K and V read at the rows `kv_rows` when given (each below their `seq`).
 pub(super) fn forward(
     (lq, lk, lv, lo): (Heads, Heads, Heads, Heads),
     (xq, xk, xv): (&[f32], &[f32], &[f32]),
+    kv_rows: Option<&[usize]>,
     logits: Logits<f32>,
     mask: &Masking<f32>,
     out: &mut Out,
@@ -331,8 +330,13 @@ pub(super) fn forward(
         (0..lq.batch * heads).flat_map(|bh| (0..lq.seq).step_by(QB).map(move |q0| (bh / heads, bh % heads, q0))).collect();
     let o = out.get::<f32>();
     let (len, base) = (o.len(), OutPtr(o.as_mut_ptr()));
+    let s_k = kv_rows.map_or(lk.seq, <[usize]>::len);
     let rows = |b: usize, h: usize| -> Result<[Rows; 3], String> {
-        Ok([head_rows(&lq, xq, (b, h), "query")?, head_rows(&lk, xk, (b, h / group), "key")?, head_rows(&lv, xv, (b, h / group), "value")?])
+        Ok([
+            head_rows(&lq, xq, (b, h), None, "query")?,
+            head_rows(&lk, xk, (b, h / group), kv_rows, "key")?,
+            head_rows(&lv, xv, (b, h / group), kv_rows, "value")?,
+        ])
     };
     let run = |(n, &(b, h, q0)): (usize, &(usize, usize, usize))| -> Result<(), String> {
         let [q, k, v] = rows(b, h)?;
@@ -343,14 +347,14 @@ pub(super) fn forward(
         if let Some(&(nb, nh, nq0)) = tasks.get(n + 1).filter(|t| lq.seq - t.2 >= FEW) {
             let [nq, nk, nv] = rows(nb, nh)?;
             micro::prefetch::<{ micro::L2 }>(nq, nq0..nq0 + QB.min(lq.seq - nq0));
-            micro::prefetch::<{ micro::L2 }>(nk, 0..KT.min(lk.seq));
-            micro::prefetch::<{ micro::L2 }>(nv, 0..KT.min(lv.seq));
+            micro::prefetch::<{ micro::L2 }>(nk, 0..KT.min(s_k));
+            micro::prefetch::<{ micro::L2 }>(nv, 0..KT.min(s_k));
         }
         let hd = Head {
             q,
             k,
             v,
-            seq: lv.seq,
+            seq: s_k,
             b,
             h,
             logits,
@@ -371,7 +375,7 @@ pub(super) fn forward(
         });
         Ok(())
     };
-    let work = lq.batch * heads * lq.seq * lk.seq * (lq.width + lv.width);
+    let work = lq.batch * heads * lq.seq * s_k * (lq.width + lv.width);
     if work < crate::kernels::PAR_MIN {
         tasks.iter().enumerate().try_for_each(run)
     } else {
@@ -397,9 +401,9 @@ mod tests {
         let (q, k, v) = (data(sq * d, 1), data(sk * d, 2), data(sk * dv, 3));
         let mask = Masking::<f32>::new(MaskKind::Causal, None, 1, 1, sq, sk);
         let hd = Head {
-            q: Rows { data: &q, stride: d, width: d },
-            k: Rows { data: &k, stride: d, width: d },
-            v: Rows { data: &v, stride: dv, width: dv },
+            q: Rows { data: &q, stride: d, width: d, at: None },
+            k: Rows { data: &k, stride: d, width: d, at: None },
+            v: Rows { data: &v, stride: dv, width: dv, at: None },
             seq: sk,
             b: 0,
             h: 0,
@@ -437,7 +441,7 @@ mod tests {
         let extra = In { dtype: rlx_ir::DType::F32, dims: &[sq, sk], bytes: bytemuck::cast_slice(&bias) };
         let mask = Masking::<f32>::new(MaskKind::Bias, Some(extra), 1, 1, sq, sk);
         fn rows(x: &[f32], d: usize) -> Rows<'_> {
-            Rows { data: x, stride: d, width: d }
+            Rows { data: x, stride: d, width: d, at: None }
         }
         let hd = Head { q: rows(&q, d), k: rows(&k, d), v: rows(&v, d), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
         let mut all = Scratch::default();
@@ -469,7 +473,7 @@ mod tests {
         let causal: Vec<(usize, usize)> = (0..64).map(|i| (0, 100 + i)).collect();
         assert!(!apart(&causal, 164), "a causal prefill block lane tiles");
         fn rows(x: &[f32], d: usize) -> Rows<'_> {
-            Rows { data: x, stride: d, width: d }
+            Rows { data: x, stride: d, width: d, at: None }
         }
         let hd = Head { q: rows(&q, d), k: rows(&k, d), v: rows(&v, d), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.125, softcap: None }, mask: &mask };
         let mut all = Scratch::default();
@@ -502,7 +506,7 @@ mod tests {
             let extra = In { dtype: rlx_ir::DType::F32, dims: &[sq, sk], bytes: bytemuck::cast_slice(&bias) };
             let mask = Masking::<f32>::new(MaskKind::Bias, Some(extra), 1, 1, sq, sk);
             fn rows(x: &[f32], stride: usize) -> Rows<'_> {
-                Rows { data: &x[..x.len() - 3], stride, width: stride - 3 }
+                Rows { data: &x[..x.len() - 3], stride, width: stride - 3, at: None }
             }
             let hd = Head { q: rows(&q, stride), k: rows(&k, stride), v: rows(&v, stride), seq: sk, b: 0, h: 0, logits: Logits { scale: 0.3, softcap: None }, mask: &mask };
             let mut all = Scratch::default();

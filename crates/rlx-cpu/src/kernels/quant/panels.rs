@@ -202,7 +202,7 @@ impl Panels {
         }
         match self.t {
             GgufType::Q4_K | GgufType::Q5_K | GgufType::Q6_K => self.run(&q8k::quantize(x), out, kernels.super_blocks),
-            _ => self.run(&quantize(x), out, kernels.blocks),
+            _ => self.run(&quantize(x, self.blocks), out, kernels.blocks),
         }
     }
 

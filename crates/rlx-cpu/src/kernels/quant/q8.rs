@@ -24,15 +24,27 @@ pub(super) struct Q8Rows {
     pub s: Vec<f32>,
     /// Per block: `Σq` (for `Q4_0`'s offset of −8 in the integer sum).
     pub sum: Vec<i32>,
+    /// Per pair of rows `(2i, 2i + 1)` and block `b`, at `i·blocks + b`: `[d, d', s, s']`, the
+    /// two rows' `d` and `s` side by side (one 64-bit broadcast each in the 512-bit kernels,
+    /// which finish two rows in one register).
+    pub pairs: Vec<[f32; 4]>,
 }
 
-/// Rounds `x` (a whole number of 32-blocks) as ggml's x86 `quantize_row_q8_0`/`_q8_1` do:
+/// Rounds `x` (rows of `blocks` 32-blocks) as ggml's x86 `quantize_row_q8_0`/`_q8_1` do:
 /// `q = round_half_even(x·(127/max|x|))`, all-zero codes for an all-zero block.
-pub(super) fn quantize(x: &[f32]) -> Q8Rows {
-    let blocks = x.len() / QK;
-    let mut rows = Q8Rows { q: vec![0; blocks * QK], u: Vec::new(), d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks] };
+pub(super) fn quantize(x: &[f32], blocks: usize) -> Q8Rows {
+    let n = x.len() / QK;
+    let mut rows = Q8Rows { q: vec![0; n * QK], u: Vec::new(), d: vec![0.0; n], s: vec![0.0; n], sum: vec![0; n], pairs: Vec::new() };
     round(x, &mut rows);
     rows.u = rows.q.iter().map(|&q| (q as u8) ^ 0x80).collect();
+    let blocks = blocks.max(1);
+    rows.pairs = (0..n / blocks / 2 * blocks)
+        .map(|i| {
+            let first = (i / blocks * 2) * blocks + i % blocks;
+            let second = first + blocks;
+            [rows.d[first], rows.d[second], rows.s[first], rows.s[second]]
+        })
+        .collect();
     rows
 }
 
@@ -246,7 +258,7 @@ pub(super) mod tests {
                 x[3 * QK + 1] = f32::INFINITY;
             }
             let blocks = len / QK;
-            let fresh = || Q8Rows { q: vec![0; len], u: Vec::new(), d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks] };
+            let fresh = || Q8Rows { q: vec![0; len], u: Vec::new(), d: vec![0.0; blocks], s: vec![0.0; blocks], sum: vec![0; blocks], pairs: Vec::new() };
             let (mut want, mut got) = (fresh(), fresh());
             quantize_into(&x, &mut want);
             round(&x, &mut got);
@@ -262,17 +274,17 @@ pub(super) mod tests {
         let mut x = vec![0f32; QK];
         x[..6].copy_from_slice(&[127.0, 2.5, -3.5, 0.5, -0.5, 1.4999]);
         x[31] = -127.0;
-        let r = quantize(&x);
+        let r = quantize(&x, 1);
         assert_eq!(&r.q[..6], &[127, 2, -4, 0, 0, 1]);
         assert_eq!(r.q[31], -127);
         assert_eq!((r.d[0], r.s[0], r.sum[0]), (1.0, -1.0, -1));
         // 1/3 is not an f16: the stored scale is rounded, the codes use the exact one.
         let third: Vec<f32> = (0..QK).map(|i| if i == 0 { 127.0 / 3.0 } else { 10.0 / 3.0 }).collect();
-        let r = quantize(&third);
+        let r = quantize(&third, 1);
         assert_eq!((r.q[0], r.q[1]), (127, 10));
         assert_eq!(r.d[0], f16::from_f32(1.0 / 3.0).to_f32());
         assert_eq!(r.s[0], f16::from_f32((127.0 + 31.0 * 10.0) / 3.0).to_f32());
-        let zero = quantize(&[0.0; QK]);
+        let zero = quantize(&[0.0; QK], 1);
         assert!(zero.q.iter().all(|&q| q == 0) && zero.d[0] == 0.0 && zero.s[0] == 0.0);
     }
 }
