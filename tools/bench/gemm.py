@@ -71,23 +71,30 @@ def peak_gflops(exe, threads, reps=60):
     return max(json.loads(line)["gflops"] for line in out.strip().splitlines())
 
 
+def median_gflops(call, shape, reps, warmup, warm_s):
+    """GFLOP/s of `call` (one product of `shape`) at the median of `reps` timed calls, after at
+    least `warmup` calls and `warm_s` seconds of them."""
+    m, k, n = shape
+    start = time.perf_counter()
+    while warmup > 0 or time.perf_counter() - start < warm_s:
+        call()
+        warmup -= 1
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return 2 * m * k * n / statistics.median(times) / 1e9
+
+
 def numpy_gflops(shape, threads, reps, warmup=3, warm_s=0.3):
     m, k, n = shape
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
     c = np.empty((m, n), np.float32)
-    times = []
     with threadpool_limits(limits=threads, user_api="blas"):
-        start = time.perf_counter()
-        while warmup > 0 or time.perf_counter() - start < warm_s:
-            np.matmul(a, b, out=c)
-            warmup -= 1
-        for _ in range(reps):
-            t = time.perf_counter()
-            np.matmul(a, b, out=c)
-            times.append(time.perf_counter() - t)
-    return 2 * m * k * n / statistics.median(times) / 1e9
+        return median_gflops(lambda: np.matmul(a, b, out=c), shape, reps, warmup, warm_s)
 
 
 def torch_gflops(torch, shape, threads, reps, warmup=3, warm_s=0.3):
@@ -98,16 +105,7 @@ def torch_gflops(torch, shape, threads, reps, warmup=3, warm_s=0.3):
     b = torch.rand((k, n), generator=g) * 2 - 1
     c = torch.empty((m, n))
     torch.set_num_threads(threads)
-    times = []
-    start = time.perf_counter()
-    while warmup > 0 or time.perf_counter() - start < warm_s:
-        torch.mm(a, b, out=c)
-        warmup -= 1
-    for _ in range(reps):
-        t = time.perf_counter()
-        torch.mm(a, b, out=c)
-        times.append(time.perf_counter() - t)
-    return 2 * m * k * n / statistics.median(times) / 1e9
+    return median_gflops(lambda: torch.mm(a, b, out=c), shape, reps, warmup, warm_s)
 
 
 def load_torch(wanted):

@@ -62,14 +62,19 @@ impl Packed {
 /// Whether `op` takes its weight `b` rounded when products are not f32 ([`crate::Products`]):
 /// an f32 `MatMul` or `FusedMatMulBiasAct` of a 2-D weight.
 pub fn rounds(op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
-    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_)) && a.0 == DType::F32 && b.0 == DType::F32 && b.1.len() == 2 && !a.1.is_empty()
+    a.0 == DType::F32 && !a.1.is_empty() && rounds_weight(op, b)
 }
 
-/// `op`'s weight `b` rounded as `products` says ([`rounds`]); `None` for f32 products or a
-/// `b` that is not a 2-D f32 matrix.
-pub fn prepack_rounded(products: crate::Products, b: In) -> Option<Packed> {
+/// The weight half of [`rounds`]: a 2-D f32 `b` of `MatMul` or `FusedMatMulBiasAct`.
+fn rounds_weight(op: &Op, b: (DType, &[usize])) -> bool {
+    matches!(op, Op::MatMul(_) | Op::FusedMatMulBiasAct(_)) && b.0 == DType::F32 && b.1.len() == 2
+}
+
+/// `op`'s weight `b` rounded as `products` says; `None` for f32 products or a weight `op`
+/// does not take rounded ([`rounds`]).
+pub fn prepack_rounded(products: crate::Products, op: &Op, b: In) -> Option<Packed> {
     let [k, n] = *b.dims else { return None };
-    if b.dtype != DType::F32 {
+    if !rounds_weight(op, (b.dtype, b.dims)) {
         return None;
     }
     matmul::Rounded::new(products, matmul::Mat::row_major(b.get::<f32>(), k, n)).map(Packed::Rounded)

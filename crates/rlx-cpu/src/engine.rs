@@ -31,13 +31,6 @@ unsafe fn write(a: Arg<'_, HostBuffer>) -> Out<'_> {
     Out { dtype: a.dtype, dims: a.dims, bytes: a.buf.bytes_mut(a.offset, a.len) }
 }
 
-impl CpuEngine {
-    /// Whether `op` runs on a rounded weight here, rounded when prepared.
-    fn rounds(&self, op: &Op, a: (DType, &[usize]), b: (DType, &[usize])) -> bool {
-        self.products != Products::F32 && dispatch::rounds(op, a, b)
-    }
-}
-
 impl Engine for CpuEngine {
     type Buffer = HostBuffer;
     type Prepared = Packed;
@@ -82,25 +75,22 @@ impl Engine for CpuEngine {
     fn prepared_operand(&self, op: &Op, operands: &[(DType, &[usize])]) -> Option<usize> {
         let i = dispatch::packable_operand(op)?;
         let (a, b) = (*operands.first()?, *operands.get(i)?);
-        (self.rounds(op, a, b) || dispatch::packs(op, a, b)).then_some(i)
+        let rounds = self.products != Products::F32 && dispatch::rounds(op, a, b);
+        (rounds || dispatch::packs(op, a, b)).then_some(i)
     }
 
     fn prepare(&self, op: &Op, weight: Arg<'_, HostBuffer>, out_dims: &[usize]) -> Result<Option<Packed>> {
         // SAFETY: preparing reads the weight while no launch runs.
         let b = unsafe { read(weight) };
-        if self.rounds(op, (DType::F32, &[1]), (b.dtype, b.dims)) {
-            return Ok(dispatch::prepack_rounded(self.products, b));
-        }
-        Ok(dispatch::prepack(op, b, out_dims))
+        Ok(dispatch::prepack_rounded(self.products, op, b).or_else(|| dispatch::prepack(op, b, out_dims)))
     }
 
     /// Q8 panels are laid out in the weight's own buffer when whole panels fill it.
     fn prepare_owned(&self, op: &Op, weight: HostBuffer, dtype: DType, dims: &[usize], out_dims: &[usize]) -> Result<std::result::Result<Packed, HostBuffer>> {
-        if self.rounds(op, (DType::F32, &[1]), (dtype, dims)) {
-            // SAFETY: preparing reads the weight while no launch runs.
-            let len = dims.iter().product::<usize>() * dtype.size();
-            let packed = dispatch::prepack_rounded(self.products, In { dtype, dims, bytes: unsafe { weight.bytes(0, len) } });
-            return Ok(packed.ok_or(weight));
+        // SAFETY: preparing reads the weight while no launch runs.
+        let bytes = unsafe { weight.bytes(0, dims.iter().product::<usize>() * dtype.size()) };
+        if let Some(rounded) = dispatch::prepack_rounded(self.products, op, In { dtype, dims, bytes }) {
+            return Ok(Ok(rounded));
         }
         let t = weight.into_tensor(dtype, dims)?;
         Ok(dispatch::prepack_owned(op, t, out_dims).map_err(HostBuffer::from_tensor))
