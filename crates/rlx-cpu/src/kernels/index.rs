@@ -94,7 +94,7 @@ pub(crate) fn gather_indices(idx: &In, extent: usize, what: &str) -> Result<Vec<
 }
 
 /// Rows of `row` elements: `dst` row `r` is `src` row `pick(r)`; split across threads when large.
-fn copy_rows<T: Pod + Send + Sync>(src: &[T], dst: &mut [T], row: usize, pick: impl Fn(usize) -> usize + Sync) {
+pub(crate) fn copy_rows<T: Pod + Send + Sync>(src: &[T], dst: &mut [T], row: usize, pick: impl Fn(usize) -> usize + Sync) {
     if row == 0 {
         return;
     }

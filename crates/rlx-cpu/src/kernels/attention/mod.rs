@@ -404,9 +404,11 @@ pub fn attention(a: &Attention, ins: &[In], outs: &mut [Out]) -> Result<(), Stri
 }
 
 /// Rows `rows` of a rank-2 operand `x`, contiguous.
-fn gathered<T: bytemuck::Pod>(x: In, rows: &[usize]) -> Vec<T> {
-    let (data, width) = (x.get::<T>(), x.dims[1]);
-    rows.iter().flat_map(|&r| &data[r * width..(r + 1) * width]).copied().collect()
+fn gathered<T: bytemuck::Pod + Send + Sync + Default>(x: In, rows: &[usize]) -> Vec<T> {
+    let width = x.dims[1];
+    let mut out = vec![T::default(); rows.len() * width];
+    super::index::copy_rows(x.get::<T>(), &mut out, width, |r| rows[r]);
+    out
 }
 
 #[cfg(test)]
