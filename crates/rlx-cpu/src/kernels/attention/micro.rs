@@ -16,7 +16,7 @@ const OUT_ROWS: usize = 4;
 /// Output columns of one `P·V` register tile (two AVX vectors).
 const OUT_COLS: usize = 16;
 /// Output columns of a single row's `P·V` tile (eight AVX vectors: independent chains, where
-/// two would wait on the latency of each multiply-add).
+/// two would wait on the latency of each multiply-add); two or three rows take half as many.
 const ROW_COLS: usize = 64;
 
 /// One head's rows of one operand: row `s` is `data[r·stride..][..width]` with `r = at[s]`
@@ -192,8 +192,11 @@ pub fn weighted_values(p: &[f32], ld: usize, v: Rows, rows: Range<usize>, keys: 
         weighted_rows::<OUT_ROWS, OUT_COLS>(p, ld, v, i, union(i, OUT_ROWS), acc, dv);
         i += OUT_ROWS;
     }
-    for i in i..rows.end {
-        weighted_rows::<1, ROW_COLS>(p, ld, v, i, union(i, 1), acc, dv);
+    match rows.end - i {
+        3 => weighted_rows::<3, { 2 * OUT_COLS }>(p, ld, v, i, union(i, 3), acc, dv),
+        2 => weighted_rows::<2, { 2 * OUT_COLS }>(p, ld, v, i, union(i, 2), acc, dv),
+        1 => weighted_rows::<1, ROW_COLS>(p, ld, v, i, union(i, 1), acc, dv),
+        _ => {}
     }
 }
 
@@ -229,7 +232,7 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
         a.copy_from_slice(&acc[(i0 + r) * dv + c0..][..W]);
     }
     for j in keys {
-        if R == 1 && W == ROW_COLS {
+        if R < OUT_ROWS && c0 == 0 {
             prefetch::<L1>(v, j + PREFETCH_ROWS..j + PREFETCH_ROWS + 1);
         }
         let x: &[f32; W] = v.row(j)[c0..][..W].try_into().expect("W columns");
@@ -276,21 +279,44 @@ pub fn prefetch<const HINT: i32>(x: Rows, rows: Range<usize>) {
     let _ = (x, rows);
 }
 
-/// Keys scored at once by [`dots`] (independent accumulation chains).
+/// Keys scored at once by the portable [`dots`] (independent accumulation chains).
 const DOT_KEYS: usize = 8;
+/// Queries [`dots`] scores against each load of key rows (the heads of one KV head).
+pub const DOT_QUERIES: usize = 4;
 
-/// `s[j] = Σ_p q[p]·k_j[p]` for the keys `j` in `keys`, each summed in order of `p` with fused
-/// multiply-adds: the same rounding as [`logits`] gives a query in a lane, so a query scores
-/// the same alone (decode) as in a block (prefill). With AVX2, keys go eight to a vector
-/// (key rows transposed in registers, [`dots_avx2`]).
+/// `s[g·ld + j] = Σ_p q_g[p]·k_j[p]` for each query `q_g` of `qs` and the keys `j` in `keys`,
+/// each summed in order of `p` with fused multiply-adds: the same rounding as [`logits`] gives
+/// a query in a lane, so a query scores the same alone (decode) as in a block (prefill), and
+/// the same beside other queries. With AVX2, keys go eight to a vector (key rows transposed in
+/// registers, [`dots_avx2`]), each transposition serving up to [`DOT_QUERIES`] queries (query
+/// heads sharing a KV head read its keys once).
 #[inline(always)]
-pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
-    let mut j = keys.start;
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // Safety: the CPU has the features the function is compiled for.
-        j = unsafe { dots_avx2(q, k, keys.clone(), s) };
+pub fn dots(qs: &[&[f32]], k: Rows, keys: Range<usize>, s: &mut [f32], ld: usize) {
+    for (c, chunk) in qs.chunks(DOT_QUERIES).enumerate() {
+        let s = &mut s[c * DOT_QUERIES * ld..];
+        let mut j = keys.start;
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // Safety: the CPU has the features the functions are compiled for.
+            j = unsafe {
+                match chunk.len() {
+                    1 => dots_avx2::<1, 2>(chunk, k, keys.clone(), s, ld),
+                    2 => dots_avx2::<2, 1>(chunk, k, keys.clone(), s, ld),
+                    3 => dots_avx2::<3, 1>(chunk, k, keys.clone(), s, ld),
+                    _ => dots_avx2::<4, 1>(chunk, k, keys.clone(), s, ld),
+                }
+            };
+        }
+        for (g, q) in chunk.iter().enumerate() {
+            dots_portable(q, k, j..keys.end, &mut s[g * ld..]);
+        }
     }
+}
+
+/// One query's [`dots`] without vector instructions.
+#[inline(always)]
+fn dots_portable(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
+    let mut j = keys.start;
     while j + DOT_KEYS <= keys.end {
         let rows: [&[f32]; DOT_KEYS] = std::array::from_fn(|r| k.row(j + r));
         let mut acc = [0f32; DOT_KEYS];
@@ -307,73 +333,78 @@ pub fn dots(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) {
     }
 }
 
-/// Groups of eight keys [`dots_avx2`] scores at once (independent chains of multiply-adds).
-#[cfg(target_arch = "x86_64")]
-const DOT_GROUPS: usize = 2;
-
-/// [`dots`] for the keys of `keys` in groups of eight; returns the first key left. Keys past
-/// the last whole group, when there are at least eight, are scored as the group of eight
-/// ending at the last key: the keys it shares with the group before get the same sums again
-/// (each key's sum is its own chain), where one chain a key had waited on every multiply-add.
+/// [`dots`] of `Q` queries for the keys of `keys` in groups of eight, `G` groups at a time;
+/// returns the first key left. Keys past the last whole group, when there are at least eight,
+/// are scored as the group of eight ending at the last key: the keys it shares with the group
+/// before get the same sums again (each key's sum is its own chain), where one chain a key had
+/// waited on every multiply-add.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dots_avx2(q: &[f32], k: Rows, keys: Range<usize>, s: &mut [f32]) -> usize {
+unsafe fn dots_avx2<const Q: usize, const G: usize>(qs: &[&[f32]], k: Rows, keys: Range<usize>, s: &mut [f32], ld: usize) -> usize {
     let n = (keys.end - keys.start.min(keys.end)) / 8 * 8;
     let end = keys.start + n;
     if n == 0 {
         return keys.start;
     }
-    assert!(k.width >= q.len() && keys.end <= s.len(), "attention dots out of bounds");
+    let qs: [&[f32]; Q] = std::array::from_fn(|g| qs[g]);
+    let d = qs[0].len();
+    assert!(qs.iter().all(|q| q.len() == d) && k.width >= d && (Q - 1) * ld + keys.end <= s.len(), "attention dots out of bounds");
     let mut j = keys.start;
-    while j + 8 * DOT_GROUPS <= end {
-        prefetch::<L1>(k, j + 16 * DOT_GROUPS..j + 24 * DOT_GROUPS);
-        // Safety: rows j..j + 8·DOT_GROUPS are rows of `k` (read through `Rows::row`) of at
-        // least `q.len()` floats, and s[j..] is in bounds (asserted above).
-        unsafe { dot_groups::<DOT_GROUPS>(q, k, j, s) };
-        j += 8 * DOT_GROUPS;
+    while j + 8 * G <= end {
+        prefetch::<L1>(k, j + 16 * G..j + 24 * G);
+        // Safety: rows j..j + 8·G are rows of `k` (read through `Rows::row`) of at least `d`
+        // floats, and s[g·ld + j..][..8·G] is in bounds (asserted above).
+        unsafe { dot_groups::<Q, G>(qs, k, j, s, ld) };
+        j += 8 * G;
     }
     while j < end {
         // Safety: as above, for eight keys.
-        unsafe { dot_groups::<1>(q, k, j, s) };
+        unsafe { dot_groups::<Q, 1>(qs, k, j, s, ld) };
         j += 8;
     }
     if j < keys.end {
         // Safety: as above: keys.end − 8 ≥ keys.start (n ≥ 8).
-        unsafe { dot_groups::<1>(q, k, keys.end - 8, s) };
+        unsafe { dot_groups::<Q, 1>(qs, k, keys.end - 8, s, ld) };
         j = keys.end;
     }
     j
 }
 
-/// `s[j..j + 8·G]`: `G` groups of eight keys, each a vector of eight lanes summed over `p` in
-/// order. Rows `j..j + 8·G` of `k` (bounds-checked) must have `q.len()` elements and `s`
-/// must hold them.
+/// `s[g·ld + j..][..8·G]` for the `Q` queries: `G` groups of eight keys, each a vector of eight
+/// lanes summed over `p` in order, one transposition of the key rows for all queries. Rows
+/// `j..j + 8·G` of `k` (bounds-checked) must have the queries' length and `s` must hold them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_groups<const G: usize>(q: &[f32], k: Rows, j: usize, s: &mut [f32]) {
+unsafe fn dot_groups<const Q: usize, const G: usize>(qs: [&[f32]; Q], k: Rows, j: usize, s: &mut [f32], ld: usize) {
     use std::arch::x86_64::*;
-    let d = q.len();
+    let d = qs[0].len();
     let rows: [[*const f32; 8]; G] = std::array::from_fn(|g| k.eight(j + 8 * g));
-    let mut acc = [_mm256_setzero_ps(); G];
+    let mut acc = [[_mm256_setzero_ps(); G]; Q];
     let mut p = 0;
     while p + 8 <= d {
-        for (g, a) in acc.iter_mut().enumerate() {
+        for g in 0..G {
             let columns = columns8(rows[g], p);
             for (c, column) in columns.into_iter().enumerate() {
-                *a = _mm256_fmadd_ps(column, _mm256_set1_ps(q[p + c]), *a);
+                for (a, q) in acc.iter_mut().zip(&qs) {
+                    a[g] = _mm256_fmadd_ps(column, _mm256_set1_ps(*q.get_unchecked(p + c)), a[g]);
+                }
             }
         }
         p += 8;
     }
-    for (p, &y) in q.iter().enumerate().skip(p) {
-        for (g, a) in acc.iter_mut().enumerate() {
+    for p in p..d {
+        for g in 0..G {
             let x = rows[g].map(|r| *r.add(p));
             let col = _mm256_setr_ps(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
-            *a = _mm256_fmadd_ps(col, _mm256_set1_ps(y), *a);
+            for (a, q) in acc.iter_mut().zip(&qs) {
+                a[g] = _mm256_fmadd_ps(col, _mm256_set1_ps(*q.get_unchecked(p)), a[g]);
+            }
         }
     }
-    for (g, a) in acc.iter().enumerate() {
-        _mm256_storeu_ps(s.as_mut_ptr().add(j + 8 * g), *a);
+    for (qi, a) in acc.iter().enumerate() {
+        for (g, v) in a.iter().enumerate() {
+            _mm256_storeu_ps(s.as_mut_ptr().add(qi * ld + j + 8 * g), *v);
+        }
     }
 }
 
@@ -385,20 +416,27 @@ mod tests {
     fn dots_of_every_range_are_each_keys_chain_of_multiply_adds() {
         // 45 keys of 20 (a stride of 23): ranges of every length from 0 to 45 and several
         // starts, so that whole groups, a last group overlapping the one before, and ranges
-        // under eight keys all occur; each key's logit is its own in-order chain.
+        // under eight keys all occur; each key's logit is its own in-order chain, for one
+        // query alone and for 2 to 6 queries scored together (one and two chunks).
         let (n, d, stride) = (45, 20, 23);
         let keys: Vec<f32> = (0..n * stride).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
-        let q: Vec<f32> = (0..d).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
+        let queries: Vec<Vec<f32>> = (0..6).map(|g| (0..d).map(|i| (((i + 5 * g) * 13 % 29) as f32 - 14.0) / 9.0).collect()).collect();
         let k = Rows { data: &keys, stride, width: d, at: None };
-        for start in [0, 1, 5, 8] {
-            for end in start..=n {
-                let mut s = vec![f32::NAN; n];
-                dots(&q, k, start..end, &mut s);
-                for (j, got) in s.iter().enumerate().take(end).skip(start) {
-                    let want = k.row(j).iter().zip(&q).fold(0f32, |a, (&y, &x)| y.mul_add(x, a));
-                    assert_eq!(got.to_bits(), want.to_bits(), "keys {start}..{end}: key {j}");
+        for count in 1..=6 {
+            let qs: Vec<&[f32]> = queries[..count].iter().map(Vec::as_slice).collect();
+            for start in [0, 1, 5, 8] {
+                for end in start..=n {
+                    let mut s = vec![f32::NAN; count * n];
+                    dots(&qs, k, start..end, &mut s, n);
+                    for (g, q) in qs.iter().enumerate() {
+                        let s = &s[g * n..][..n];
+                        for (j, got) in s.iter().enumerate().take(end).skip(start) {
+                            let want = k.row(j).iter().zip(*q).fold(0f32, |a, (&y, &x)| y.mul_add(x, a));
+                            assert_eq!(got.to_bits(), want.to_bits(), "{count} queries, keys {start}..{end}: query {g}, key {j}");
+                        }
+                        assert!(s[..start].iter().chain(&s[end..]).all(|x| x.is_nan()), "{count} queries, keys {start}..{end}: wrote outside");
+                    }
                 }
-                assert!(s[..start].iter().chain(&s[end..]).all(|x| x.is_nan()), "keys {start}..{end}: wrote outside");
             }
         }
     }
