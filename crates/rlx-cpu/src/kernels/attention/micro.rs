@@ -16,7 +16,7 @@ const OUT_ROWS: usize = 4;
 /// Output columns of one `P·V` register tile (two AVX vectors).
 const OUT_COLS: usize = 16;
 /// Output columns of a single row's `P·V` tile (eight AVX vectors: independent chains, where
-/// two would wait on the latency of each multiply-add); two or three rows take half as many.
+/// two would wait on the latency of each multiply-add).
 const ROW_COLS: usize = 64;
 
 /// One head's rows of one operand: row `s` is `data[r·stride..][..width]` with `r = at[s]`
@@ -192,11 +192,8 @@ pub fn weighted_values(p: &[f32], ld: usize, v: Rows, rows: Range<usize>, keys: 
         weighted_rows::<OUT_ROWS, OUT_COLS>(p, ld, v, i, union(i, OUT_ROWS), acc, dv);
         i += OUT_ROWS;
     }
-    match rows.end - i {
-        3 => weighted_rows::<3, { 2 * OUT_COLS }>(p, ld, v, i, union(i, 3), acc, dv),
-        2 => weighted_rows::<2, { 2 * OUT_COLS }>(p, ld, v, i, union(i, 2), acc, dv),
-        1 => weighted_rows::<1, ROW_COLS>(p, ld, v, i, union(i, 1), acc, dv),
-        _ => {}
+    for i in i..rows.end {
+        weighted_rows::<1, ROW_COLS>(p, ld, v, i, union(i, 1), acc, dv);
     }
 }
 
@@ -232,7 +229,7 @@ fn weighted_tile<const R: usize, const W: usize>(p: &[f32], ld: usize, v: Rows, 
         a.copy_from_slice(&acc[(i0 + r) * dv + c0..][..W]);
     }
     for j in keys {
-        if R < OUT_ROWS && c0 == 0 {
+        if R == 1 && W == ROW_COLS {
             prefetch::<L1>(v, j + PREFETCH_ROWS..j + PREFETCH_ROWS + 1);
         }
         let x: &[f32; W] = v.row(j)[c0..][..W].try_into().expect("W columns");

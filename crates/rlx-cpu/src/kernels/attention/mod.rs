@@ -153,8 +153,8 @@ impl<T: Real> Masking<T> {
             for h in 0..heads {
                 let kept = |k: &usize| shown(&self.bias(b, h, qi, *k));
                 let found = match self.bias_keys(b, h, qi, 0..self.s_k) {
-                    // Keys contiguous: a scan of the row.
-                    Some(row) => (row.iter().position(shown), row.iter().rposition(shown)),
+                    // Keys contiguous: a scan of the row from each end.
+                    Some(row) => shown_span(row, shown),
                     None => ((0..self.s_k).find(kept), (0..self.s_k).rev().find(kept)),
                 };
                 match found {
@@ -177,6 +177,11 @@ impl<T: Real> Masking<T> {
             MaskKind::Bias if !self.bias_span.is_empty() => self.bias_span[qi],
             _ => (0, self.s_k),
         }
+    }
+
+    /// Whether every key survives (no `Custom` mask).
+    pub fn keeps_all(&self) -> bool {
+        self.keep.is_empty()
     }
 
     /// Whether key `k` survives the `Custom` mask of batch item `b` (always, for other kinds).
@@ -208,6 +213,15 @@ impl<T: Real> Masking<T> {
         let s = &self.bias_strides;
         self.bias[b * s[0] + h * s[1] + qi * s[2] + k * s[3]]
     }
+}
+
+/// The first and last of `row`'s elements that `shown` holds for, testing 16 at a time where
+/// none does (a mask row's hidden runs, compared in vector registers).
+fn shown_span<T: Real>(row: &[T], shown: impl Fn(&T) -> bool + Copy) -> (Option<usize>, Option<usize>) {
+    let any = |c: &[T]| c.iter().fold(0usize, |n, x| n + usize::from(shown(x))) > 0;
+    let first = row.chunks(16).enumerate().find(|(_, c)| any(c)).and_then(|(i, c)| c.iter().position(shown).map(|p| i * 16 + p));
+    let last = row.rchunks(16).enumerate().find(|(_, c)| any(c)).and_then(|(i, c)| c.iter().rposition(shown).map(|p| row.len() - i * 16 - c.len() + p));
+    (first, last)
 }
 
 /// The logit transform of one node: scale, optional softcap.

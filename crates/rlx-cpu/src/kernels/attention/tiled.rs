@@ -117,6 +117,21 @@ fn fold(max_run: &mut f32, sum: &mut f32, tile_max: f32) -> (f32, f32) {
     (corr, if new == NEG_INF { 0.0 } else { new })
 }
 
+/// The largest of `xs` skipping NaNs (−∞ when none is larger), in 16 lanes: the maximum of
+/// a set, whatever the order.
+#[inline(always)]
+fn max_of(xs: &[f32]) -> f32 {
+    let mut lanes = [NEG_INF; 16];
+    let chunks = xs.chunks_exact(16);
+    let tail = chunks.remainder().iter().fold(NEG_INF, |m, &x| max(m, x));
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = max(*m, x);
+        }
+    }
+    lanes.iter().fold(tail, |m, &x| max(m, x))
+}
+
 /// The key range `range` of one query, within tile `[t0, t0 + nk)`, relative to `t0`.
 #[inline(always)]
 fn local((lo, hi): (usize, usize), t0: usize, nk: usize) -> std::ops::Range<usize> {
@@ -294,23 +309,25 @@ fn block_dots(hds: &[Head], q0: usize, ranges: &[(usize, usize)], (lo, hi): (usi
                     }
                 }
                 let scale = h.scale();
-                for j in own.clone() {
-                    s[j] = if h.mask.kept(h.b, t0 + j) { s[j] * scale } else { NEG_INF };
+                if h.mask.keeps_all() {
+                    s[own.clone()].iter_mut().for_each(|x| *x *= scale);
+                } else {
+                    for j in own.clone() {
+                        s[j] = if h.mask.kept(h.b, t0 + j) { s[j] * scale } else { NEG_INF };
+                    }
                 }
-                let tile_max = s[own.clone()].iter().fold(NEG_INF, |m, &x| max(m, x));
+                let tile_max = max_of(&s[own.clone()]);
                 let at = i * g + n;
                 let (corr, shift) = fold(&mut sc.max[at], &mut sc.sum[at], tile_max);
                 let acc = &mut sc.acc[at * dv..][..dv];
                 if corr != 1.0 {
                     acc.iter_mut().for_each(|a| *a *= corr);
                 }
-                let mut total = 0.0;
+                s[own.clone()].iter_mut().for_each(|x| *x = exp_neg(*x - shift));
+                sc.sum[at] += s[own.clone()].iter().fold(0.0, |t, &x| t + x);
                 for j in own.clone() {
-                    let w = exp_neg(s[j] - shift);
-                    sc.weights[j * g + n] = w;
-                    total += w;
+                    sc.weights[j * g + n] = s[j];
                 }
-                sc.sum[at] += total;
             }
             micro::weighted_values(&sc.weights, g, values, 0..g, |_| own.clone(), &mut sc.acc[i * g * dv..][..g * dv]);
         }
