@@ -3,10 +3,10 @@
 //! with an optional epilogue over each finished piece of `c`.
 //!
 //! Loop nest, per block of at most `kc` steps of the inner dimension ([`Blocking`]): all of
-//! `a`'s rows are packed into `mr`-row panels (each `mr × kc`, small enough to stay in L1 while
-//! it sweeps a column block); then each task — a block of rows × at most `nc` columns — packs its
-//! columns of `b` into `nr`-column panels (a `kc × nc` block that stays in L2) and runs the tile kernel over
-//! its row panels × column panels. Tasks run on rayon when the product is large enough.
+//! `a`'s rows are packed into `mr`-row panels (each `mr × kc`, small enough to stay in L1
+//! while it sweeps a column block); then each task — a block of rows × at most `nc` columns —
+//! packs its columns of `b` into `nr`-column panels (a `kc × nc` block that stays in L2) and
+//! runs the tile kernel over its row panels × column panels. Tasks run on rayon when the product is large enough.
 //! Products with few rows of `a` skip packing ([`rows`](super::rows)). A weight multiplied
 //! again and again is packed once ([`PackedB`]): as `b` for [`sgemm_prepacked`], or as `a`
 //! for [`sgemm_filled`], whose `b` panels a caller's closure writes per task (a conv's
@@ -34,12 +34,13 @@ pub struct Blocking {
 impl Blocking {
     /// The blocking without tuning (a `384 × 512` block of `b` is 768 KiB, inside a 1 MiB L2).
     pub const DEFAULT: Blocking = Blocking { kc: 384, nc: 512 };
-    /// The `kc` accepted from the environment or a cache file: 16 floats at least, and a
-    /// 12-row panel of `a` (48 KiB at the top) about the size of an L1 data cache at most.
+    /// The `kc` accepted from the environment or a cache file: at most 1024 steps, where a
+    /// 12-row panel of `a` (48 KiB) is already the size of an L1 data cache.
     pub const KC_RANGE: std::ops::RangeInclusive<usize> = 16..=1024;
     /// The `nc` accepted from the environment or a cache file.
     pub const NC_RANGE: std::ops::RangeInclusive<usize> = 16..=8192;
 }
+
 /// Multiply-adds below which a product runs on one thread.
 pub const PAR_FLOPS: usize = 1 << 18;
 
