@@ -191,7 +191,13 @@ fn main() {
 fn tune(shapes: &[[usize; 3]], rounds: usize, dry_run: bool) -> Result<(), Box<dyn std::error::Error>> {
     use rlx::cpu::kernels::matmul::tune;
     let machine = rlx::cpu::machine::machine();
-    println!("cpu       {} ({})\n", machine.cpu, machine.id);
+    println!("cpu       {} ({})", machine.cpu, machine.id);
+    // Other work on the cores skews every timing: say how busy the machine was.
+    if let Some(load) = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok()) {
+        let busy = load >= 0.5 * machine.threads as f64;
+        println!("load      {load:.2} (1-minute average before timing, {} threads){}", machine.threads, if busy { ": other work is running, the figures may be off" } else { "" });
+    }
+    println!();
     let tuning = tune::tune(if shapes.is_empty() { &tune::SHAPES } else { shapes }, rounds)?;
     print!("{tuning}");
     let choice = tuning.choice();
