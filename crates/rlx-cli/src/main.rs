@@ -106,6 +106,18 @@ enum Command {
     Serve(rlx_cli::serve::ServeArgs),
     /// Print this machine's CPU, the instruction-set extensions rlx's kernels use and the kernels chosen for it.
     Info,
+    /// Time the f32 GEMM's register tiles and cache blocking on this CPU (a few seconds), print the table and cache the choice for later runs.
+    Tune {
+        /// A product to time, `MxKxN` (repeatable; default 512x512x512, 1024x1024x1024 and 128x384x1536).
+        #[arg(long = "shape", value_parser = shape)]
+        shapes: Vec<[usize; 3]>,
+        /// Timed rounds per candidate and shape; the median is kept.
+        #[arg(long, default_value_t = rlx::cpu::kernels::matmul::tune::ROUNDS)]
+        rounds: usize,
+        /// Print the table without writing the cache file.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print the op-coverage matrix (op kind × backend).
     Ops {
         /// Print the markdown of docs/op-coverage.md instead of a terminal table.
@@ -162,6 +174,7 @@ fn main() {
             print!("{}", rlx::cpu::machine::machine());
             Ok(())
         }
+        Command::Tune { shapes, rounds, dry_run } => tune(&shapes, rounds, dry_run),
         Command::Ops { markdown } => {
             ops(markdown);
             Ok(())
@@ -171,6 +184,41 @@ fn main() {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
+}
+
+/// `rlx tune`: measures, prints the table and the choice, and writes this machine's cache file
+/// (which the kernels read from the next process on).
+fn tune(shapes: &[[usize; 3]], rounds: usize, dry_run: bool) -> Result<(), Box<dyn std::error::Error>> {
+    use rlx::cpu::kernels::matmul::tune;
+    let machine = rlx::cpu::machine::machine();
+    println!("cpu       {} ({})", machine.cpu, machine.id);
+    // Other work on the cores skews every timing: say how busy the machine was.
+    if let Some(load) = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok()) {
+        let busy = load >= 0.5 * machine.threads as f64;
+        println!("load      {load:.2} (1-minute average before timing, {} threads){}", machine.threads, if busy { ": other work is running, the figures may be off" } else { "" });
+    }
+    println!();
+    let tuning = tune::tune(if shapes.is_empty() { &tune::SHAPES } else { shapes }, rounds)?;
+    print!("{tuning}");
+    let choice = tuning.choice();
+    if tuning.chosen == tuning.default {
+        println!("\nchosen: {choice}, the default (no candidate was {:.0}% faster)", (tune::MARGIN - 1.0) * 100.0);
+    } else {
+        println!("\nchosen: {choice}, {:.1}% faster than the default", (tuning.gain() - 1.0) * 100.0);
+    }
+    if dry_run {
+        return Ok(());
+    }
+    let path = rlx::cpu::tuned::path().ok_or("no cache folder: set RLX_CACHE_DIR (or XDG_CACHE_HOME or HOME)")?;
+    choice.tuned().write(&path, &rlx::cpu::machine::key()).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("wrote {} (read from the next run on; environment variables still win over it)", path.display());
+    Ok(())
+}
+
+/// A product's shape from `MxKxN`.
+fn shape(text: &str) -> Result<[usize; 3], String> {
+    let dims: Vec<usize> = text.split(['x', '×']).map(|d| d.trim().parse::<usize>().map_err(|e| format!("{d:?}: {e}"))).collect::<Result<_, _>>()?;
+    dims.try_into().map_err(|d: Vec<usize>| format!("{text:?} has {} dimensions, not 3 (MxKxN)", d.len()))
 }
 
 fn ops(markdown: bool) {

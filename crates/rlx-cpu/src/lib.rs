@@ -12,6 +12,7 @@ mod fold;
 pub mod kernels;
 pub mod machine;
 mod supported;
+pub mod tuned;
 pub mod view;
 
 pub use engine::CpuEngine;

@@ -1,6 +1,6 @@
 //! What this CPU is and which kernels rlx runs on it: the processor as CPUID names it, the
-//! instruction-set extensions the kernels test for, and each kernel family's choice. `rlx
-//! info` prints it; benchmark tables quote it beside their figures.
+//! instruction-set extensions the kernels test for, each kernel family's choice and where the
+//! tunable ones came from. `rlx info` prints it; benchmark tables quote it beside their figures.
 
 use std::fmt;
 
@@ -15,25 +15,39 @@ pub struct Machine {
     pub features: Vec<&'static str>,
     /// Threads the kernels' pool runs.
     pub threads: usize,
-    /// `(kernel family, choice)`.
+    /// `(kernel family, choice)`; a tunable choice says where it came from (`default`, `cache
+    /// <file>` or the environment variable).
     pub kernels: Vec<(&'static str, String)>,
+    /// The cache file of `rlx tune`'s choices read for this machine, or why none was.
+    pub tuned: String,
 }
 
 /// This machine, as the kernels see it.
 pub fn machine() -> Machine {
     let (cpu, id) = processor();
+    let sgemm = crate::kernels::matmul::Choices::get();
     Machine {
         cpu,
         id,
         features: features(),
         threads: rayon::current_num_threads(),
         kernels: vec![
-            ("f32 GEMM register tile", crate::kernels::matmul::sgemm_tile()),
+            ("f32 GEMM register tile", sgemm.tile_text()),
+            ("f32 GEMM cache blocking", sgemm.blocking_text()),
             ("quantized products (8-bit activation blocks)", crate::kernels::quant::q8_kernels().to_string()),
             ("int8 products (--precision int8)", crate::kernels::matmul::int8::kernel().to_string()),
             ("bf16 products (--precision bf16)", crate::kernels::matmul::bfloat16::kernel().to_string()),
         ],
+        tuned: crate::tuned::state().to_string(),
     }
+}
+
+/// The key `rlx tune`'s cache file is written under ([`crate::tuned`]): CPUID vendor, family,
+/// model and brand, the extensions the kernels test for, and rlx's version, so that a file from
+/// another processor or another build of the kernels is never read.
+pub fn key() -> String {
+    let (cpu, id) = processor();
+    format!("{id} | {cpu} | {} | rlx {}", features().join(" "), env!("CARGO_PKG_VERSION"))
 }
 
 impl fmt::Display for Machine {
@@ -47,7 +61,7 @@ impl fmt::Display for Machine {
         for (family, choice) in &self.kernels {
             writeln!(f, "kernel    {family}: {choice}")?;
         }
-        Ok(())
+        writeln!(f, "tuned     {}", self.tuned)
     }
 }
 
@@ -115,9 +129,11 @@ mod tests {
         let m = machine();
         assert!(!m.cpu.is_empty());
         assert!(m.threads >= 1);
-        assert_eq!(m.kernels[0].1, crate::kernels::matmul::sgemm_tile());
+        let sgemm = crate::kernels::matmul::Choices::get();
+        assert_eq!((m.kernels[0].1.clone(), m.kernels[1].1.clone()), (sgemm.tile_text(), sgemm.blocking_text()));
         let text = m.to_string();
-        assert!(text.contains(&m.cpu) && text.contains("f32 GEMM register tile"), "{text}");
+        assert!(text.contains(&m.cpu) && text.contains("f32 GEMM register tile") && text.contains("\ntuned     "), "{text}");
+        assert!(key().contains(&m.cpu) && key().contains(env!("CARGO_PKG_VERSION")) && !key().contains('\n'));
         #[cfg(target_arch = "x86_64")]
         {
             assert!(m.id.contains("family"), "{}", m.id);

@@ -4,24 +4,17 @@
 //! integers on a wrapping i64-accumulating loop.
 
 pub mod bfloat16;
+pub mod choice;
 pub mod int8;
 mod narrow;
 mod rows;
 mod sgemm;
 mod tile;
+pub mod tune;
 
-/// The f32 GEMM register tile this CPU runs (`rlx info`), and whether `RLX_SGEMM_TILE` chose it.
-pub fn sgemm_tile() -> String {
-    let best = tile::Tile::best();
-    match std::env::var(tile::OVERRIDE) {
-        Ok(name) if tile::Tile::overridden().is_some_and(|t| t.name == best.name) => format!("{} ({}={name})", best.name, tile::OVERRIDE),
-        Ok(name) => format!("{} ({}={name:?} names no tile this CPU runs)", best.name, tile::OVERRIDE),
-        Err(_) => best.name.to_string(),
-    }
-}
-
+pub use choice::{Choice, Choices};
 pub use rows::FEW_ROWS;
-pub use sgemm::{sgemm, sgemm_filled, sgemm_prepacked, sgemm_then, sgemm_with, Element, Epilogue, FillB, Layout, Mat, MatMut, PackedB, PAR_FLOPS};
+pub use sgemm::{sgemm, sgemm_filled, sgemm_prepacked, sgemm_then, sgemm_with, Blocking, Element, Epilogue, FillB, Layout, Mat, MatMut, PackedB, PAR_FLOPS};
 pub use tile::{Gathered, Tile, MAX_TILE};
 pub(crate) use sgemm::{with_buffer, OutPtr};
 

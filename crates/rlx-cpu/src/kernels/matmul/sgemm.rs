@@ -2,27 +2,45 @@
 //! widened) into panels and cache-blocked around the register tiles of [`tile`](super::tile),
 //! with an optional epilogue over each finished piece of `c`.
 //!
-//! Loop nest, per block of `KC` steps of the inner dimension: all of `a`'s rows are packed
-//! into `mr`-row panels (each `mr × kc`, small enough to stay in L1 while it sweeps a column
-//! block); then each task — a block of rows × at most `NC` columns — packs its columns of `b`
-//! into `nr`-column panels (a `kc × NC` block that stays in L2) and runs the tile kernel over
-//! its row panels × column panels. Tasks run on rayon when the product is large enough.
+//! Loop nest, per block of at most `kc` steps of the inner dimension ([`Blocking`]): all of
+//! `a`'s rows are packed into `mr`-row panels (each `mr × kc`, small enough to stay in L1
+//! while it sweeps a column block); then each task — a block of rows × at most `nc` columns —
+//! packs its columns of `b` into `nr`-column panels (a `kc × nc` block that stays in L2) and
+//! runs the tile kernel over its row panels × column panels. Tasks run on rayon when the product is large enough.
 //! Products with few rows of `a` skip packing ([`rows`](super::rows)). A weight multiplied
 //! again and again is packed once ([`PackedB`]): as `b` for [`sgemm_prepacked`], or as `a`
 //! for [`sgemm_filled`], whose `b` panels a caller's closure writes per task (a conv's
 //! windows).
 
+use super::choice::Choice;
 use super::rows::few_rows;
 use super::tile::{InPlace, Tile, MAX_TILE};
 use half::{bf16, f16};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
-/// Most steps of the inner dimension per packed block (an `mr × KC` panel of `a` stays in
-/// L1); the inner dimension is cut into equal blocks of at most this.
-const KC: usize = 384;
-/// Most columns of `b` one task packs (a `KC × NC` block of `b` stays in L2).
-const NC: usize = 512;
+/// The cache blocking around the register tile. `kc` also decides where the f32 sums over
+/// the inner dimension are cut into blocks (each summed in registers, then added to `c`), so
+/// another `kc` rounds differently, as another tile may; `nc` only changes how work is split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocking {
+    /// Most steps of the inner dimension per packed block (an `mr × kc` panel of `a` stays in
+    /// L1); the inner dimension is cut into equal blocks of at most this.
+    pub kc: usize,
+    /// Most columns of `b` one task packs (a `kc × nc` block of `b` stays in L2).
+    pub nc: usize,
+}
+
+impl Blocking {
+    /// The blocking without tuning (a `384 × 512` block of `b` is 768 KiB, inside a 1 MiB L2).
+    pub const DEFAULT: Blocking = Blocking { kc: 384, nc: 512 };
+    /// The `kc` accepted from the environment or a cache file: at most 1024 steps, where a
+    /// 12-row panel of `a` (48 KiB) is already the size of an L1 data cache.
+    pub const KC_RANGE: std::ops::RangeInclusive<usize> = 16..=1024;
+    /// The `nc` accepted from the environment or a cache file.
+    pub const NC_RANGE: std::ops::RangeInclusive<usize> = 16..=8192;
+}
+
 /// Multiply-adds below which a product runs on one thread.
 pub const PAR_FLOPS: usize = 1 << 18;
 
@@ -114,18 +132,18 @@ pub type Epilogue<'e> = &'e (dyn Fn(usize, usize, &mut [f32]) + Sync);
 /// splitting work over threads pass `false`). Errors name the mismatch when the shapes
 /// disagree, a slice is too short for its geometry, or `c`'s row stride is below its width.
 pub fn sgemm<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool) -> Result<(), String> {
-    sgemm_with(Tile::best(), a, b, c, accumulate, parallel, None)
+    sgemm_with(Choice::get(), a, b, c, accumulate, parallel, None)
 }
 
 /// [`sgemm`], then `epilogue` over the output piece by piece as each is finished.
 pub fn sgemm_then<A: Element, B: Element>(a: Mat<A>, b: Mat<B>, c: MatMut, accumulate: bool, parallel: bool, epilogue: Epilogue) -> Result<(), String> {
-    sgemm_with(Tile::best(), a, b, c, accumulate, parallel, Some(epilogue))
+    sgemm_with(Choice::get(), a, b, c, accumulate, parallel, Some(epilogue))
 }
 
-/// [`sgemm`] on a chosen register tile (tests run every tile the CPU has), with an optional
-/// epilogue.
+/// [`sgemm`] on a chosen register tile and blocking (tests run every tile the CPU has, `rlx
+/// tune` times them), with an optional epilogue.
 pub fn sgemm_with<A: Element, B: Element>(
-    tile: Tile,
+    choice: Choice,
     a: Mat<A>,
     b: Mat<B>,
     c: MatMut,
@@ -133,7 +151,7 @@ pub fn sgemm_with<A: Element, B: Element>(
     parallel: bool,
     epilogue: Option<Epilogue>,
 ) -> Result<(), String> {
-    product(tile, a, b, None, c, accumulate, parallel, epilogue)
+    product(choice, a, b, None, c, accumulate, parallel, epilogue)
 }
 
 /// [`sgemm`] with an optional epilogue, reading `b`'s panels from `packed` (made from this
@@ -150,7 +168,8 @@ pub fn sgemm_prepacked<A: Element>(
     if packed.layout != Layout::B || (packed.k, packed.n) != (b.rows, b.cols) {
         return Err(format!("sgemm: b packed as [{}, {}] is [{}, {}]", packed.k, packed.n, b.rows, b.cols));
     }
-    product(packed.tile, a, b, Some(packed), c, accumulate, parallel, epilogue)
+    let choice = Choice { tile: packed.tile, blocking: Blocking { kc: packed.kc, nc: Choice::get().blocking.nc } };
+    product(choice, a, b, Some(packed), c, accumulate, parallel, epilogue)
 }
 
 /// What a [`PackedB`] holds, and for which product.
@@ -170,6 +189,8 @@ pub enum Layout {
 /// it on every call (see [`Layout`]).
 pub struct PackedB {
     tile: Tile,
+    /// Most steps of the inner dimension per packed block (the `kc` it was packed with).
+    kc: usize,
     /// Columns of the packed matrix per panel: `nr`, or `mr` for [`Layout::RowsOfA`].
     width: usize,
     layout: Layout,
@@ -184,12 +205,12 @@ pub struct PackedB {
 }
 
 impl PackedB {
-    /// Packs `b` for the fastest tile this CPU has.
+    /// Packs `b` for the chosen tile ([`Tile::best`]).
     pub fn new<B: Element>(b: Mat<B>) -> PackedB {
         PackedB::with_tile(Tile::best(), b)
     }
 
-    /// Packs `b` for `tile`.
+    /// Packs `b` for `tile`, in blocks of the chosen `kc` ([`Choice::get`]).
     pub fn with_tile<B: Element>(tile: Tile, b: Mat<B>) -> PackedB {
         PackedB::panels_of(tile, Layout::B, b, vec![b.rows, b.cols])
     }
@@ -214,12 +235,13 @@ impl PackedB {
         let (k, n) = (b.rows, b.cols);
         let padded = n.div_ceil(width) * width;
         let mut data = vec![0.0f32; k * padded];
-        let block = inner_block(k);
+        let kc_max = Choice::get().blocking.kc;
+        let block = inner_block(k, kc_max);
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
             pack_b(&b, p0, kc, 0, width, &mut data[p0 * padded..(p0 + kc) * padded]);
         }
-        PackedB { tile, width, layout, k, n, dims, data }
+        PackedB { tile, kc: kc_max, width, layout, k, n, dims, data }
     }
 
     /// The weight again, row-major in [`PackedB::dims`] (the inverse of the packing on f32).
@@ -227,7 +249,7 @@ impl PackedB {
         let (k, n, width) = (self.k, self.n, self.width);
         let padded = n.div_ceil(width) * width;
         let mut b = vec![0.0f32; k * n];
-        let block = inner_block(k);
+        let block = inner_block(self.k, self.kc);
         for p0 in (0..k).step_by(block) {
             let kc = block.min(k - p0);
             for (j, panel) in self.data[p0 * padded..(p0 + kc) * padded].chunks_exact(kc * width).enumerate() {
@@ -265,7 +287,7 @@ impl PackedB {
     /// `p0..p0 + kc`, one `kc × width` panel per tile after another (panel `i` at
     /// `panels[i·width·kc..]`, step-major).
     pub(crate) fn blocks(&self) -> impl Iterator<Item = (usize, usize, &[f32])> + '_ {
-        let block = inner_block(self.k);
+        let block = inner_block(self.k, self.kc);
         (0..self.k).step_by(block).map(move |p0| {
             let kc = block.min(self.k - p0);
             (p0, kc, self.panels(p0, kc, &(0..self.n.div_ceil(self.width))))
@@ -279,15 +301,16 @@ impl PackedB {
     }
 }
 
-/// Steps of the inner dimension per packed block: `k` cut into equal blocks of at most `KC`.
-fn inner_block(k: usize) -> usize {
-    k.div_ceil(k.div_ceil(KC).max(1)).max(1)
+/// Steps of the inner dimension per packed block: `k` cut into equal blocks of at most `kc`.
+fn inner_block(k: usize, kc: usize) -> usize {
+    k.div_ceil(k.div_ceil(kc).max(1)).max(1)
 }
 
-/// The product on `tile`, with `b`'s panels from `packed` when given.
+/// The product on `choice`, with `b`'s panels from `packed` (packed with `choice`'s `kc`)
+/// when given.
 #[allow(clippy::too_many_arguments)]
 fn product<A: Element, B: Element>(
-    tile: Tile,
+    Choice { tile, blocking }: Choice,
     a: Mat<A>,
     b: Mat<B>,
     packed: Option<&PackedB>,
@@ -311,9 +334,9 @@ fn product<A: Element, B: Element>(
         return Ok(());
     }
     let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
-    let plan = Plan::new(tile, m, n, threads);
+    let plan = Plan::new(tile, blocking.nc, m, n, threads);
     let out = OutPtr(c.data.as_mut_ptr());
-    let block = inner_block(k);
+    let block = inner_block(k, blocking.kc);
     // An f32 `a` of unit column stride is read in place where the tile has a kernel for it
     // (only a last, partial row panel is packed then), unless its rows lie a multiple of
     // 4 KiB apart: a tile's rows would then share L1 sets (2048² at 70 GFLOP/s in place, 90
@@ -381,12 +404,12 @@ struct Plan {
 }
 
 impl Plan {
-    /// One row block and `NC`-wide column blocks on one thread; on several, the split whose
+    /// One row block and `nc`-wide column blocks on one thread; on several, the split whose
     /// busiest thread has the fewest tiles (ties: fewer tasks, since each packs its own `b`; then
     /// fewer column blocks, so each packed panel of `a` sweeps more columns).
-    fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
+    fn new(tile: Tile, nc: usize, m: usize, n: usize, threads: usize) -> Plan {
         let (mt, nt) = (m.div_ceil(tile.mr), n.div_ceil(tile.nr));
-        let max_cols = (NC / tile.nr).max(1);
+        let max_cols = (nc / tile.nr).max(1);
         let mut best = Plan { mt, nt, rows: mt, cols: nt.min(max_cols) };
         if threads == 1 {
             return best;
@@ -405,13 +428,13 @@ impl Plan {
         best
     }
 
-    /// `threads` row blocks, each sweeping every `NC`-wide column block: for [`sgemm_filled`],
+    /// `threads` row blocks, each sweeping every `nc`-wide column block: for [`sgemm_filled`],
     /// whose tasks write their own column panels, so that a column split would have every
     /// task stream the whole packed `a` (a conv's weight) while a row split only repeats the
     /// cheaper fill.
-    fn by_rows(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
+    fn by_rows(tile: Tile, nc: usize, m: usize, n: usize, threads: usize) -> Plan {
         let (mt, nt) = (m.div_ceil(tile.mr), n.div_ceil(tile.nr));
-        Plan { mt, nt, rows: mt.div_ceil(threads.clamp(1, mt)), cols: nt.min((NC / tile.nr).max(1)) }
+        Plan { mt, nt, rows: mt.div_ceil(threads.clamp(1, mt)), cols: nt.min((nc / tile.nr).max(1)) }
     }
 
     fn tasks(&self) -> usize {
@@ -426,7 +449,7 @@ impl Plan {
     }
 }
 
-/// One `KC` step of the product: packed panels of `a`, and `b` unpacked or pre-packed.
+/// One block of `kc` steps of the product: packed panels of `a`, and `b` unpacked or pre-packed.
 struct Step<'s, B> {
     tiles: Tiles<'s>,
     b: &'s Mat<'s, B>,
@@ -551,7 +574,7 @@ pub type FillB<'f> = &'f (dyn Fn(usize, usize, std::ops::Range<usize>, &mut [f32
 
 /// `c = a·b`, then `epilogue` piece by piece, with `a [m, k]` pre-packed by rows
 /// ([`PackedB::rows_of`], on the tile this product runs) and `b [k, n]` never stored whole:
-/// each task (a block of rows × at most `NC` columns) has `fill` write its panels of `b` one
+/// each task (a block of rows × at most `nc` columns) has `fill` write its panels of `b` one
 /// block of the inner dimension at a time (a conv writes its input windows straight into
 /// them). With `parallel` a large product splits over the rayon pool.
 pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, mut c: MatMut, parallel: bool, epilogue: Option<Epilogue>) -> Result<(), String> {
@@ -563,8 +586,8 @@ pub fn sgemm_filled(a: &PackedB, n: usize, fill: FillB, mut c: MatMut, parallel:
         return Ok(());
     }
     let threads = if parallel && m * n * k >= PAR_FLOPS { rayon::current_num_threads() } else { 1 };
-    let plan = Plan::by_rows(tile, m, n, threads);
-    let (out, block, mt) = (OutPtr(c.data.as_mut_ptr()), inner_block(k), m.div_ceil(tile.mr));
+    let plan = Plan::by_rows(tile, Choice::get().blocking.nc, m, n, threads);
+    let (out, block, mt) = (OutPtr(c.data.as_mut_ptr()), inner_block(k, a.kc), m.div_ceil(tile.mr));
     let task = |t: usize| {
         let (rows, cols) = plan.block(t);
         with_buffer(&PACKED_B, cols.len() * tile.nr * block, |panels| {

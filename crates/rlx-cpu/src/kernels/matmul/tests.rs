@@ -39,6 +39,11 @@ fn check(got: &[f32], ld: usize, want: &[f64], m: usize, n: usize, k: usize, wha
     }
 }
 
+/// `tile` with the blocking this process chose (the one pre-packed weights are packed with).
+fn on(tile: Tile) -> Choice {
+    Choice { tile, ..Choice::get() }
+}
+
 fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
 }
@@ -56,10 +61,28 @@ fn every_tile_matches_f64_on_odd_sizes_at_one_and_two_threads() {
                     let (av, bv) = (random(m * k, (m * 31 + k) as u64), random(k * n, (k * 17 + n) as u64));
                     let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
                     let mut c = random(m * n, 3);
-                    sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true, None).unwrap();
+                    sgemm_with(on(tile), a, b, MatMut::row_major(&mut c, m, n), false, true, None).unwrap();
                     check(&c, n, &reference(&a, &b), m, n, k, &format!("{} on {threads} threads", tile.name));
                 }
             });
+        }
+    }
+}
+
+/// Every tile × every blocking `rlx tune` may pick (and a `kc` small enough to cut every inner
+/// dimension here into several blocks) agrees with f64: another `kc` only moves where the f32
+/// sums are cut into blocks.
+#[test]
+fn every_tuning_candidate_matches_f64() {
+    let blockings: Vec<Blocking> = tune::KCS.iter().chain(&[16]).flat_map(|&kc| tune::NCS.iter().map(move |&nc| Blocking { kc, nc })).collect();
+    for [m, k, n] in [[63, 1000, 129], [129, 129, 1000], [37, 300, 45]] {
+        let (av, bv) = (random(m * k, (m * 31 + k) as u64), random(k * n, (k * 17 + n) as u64));
+        let (a, b) = (Mat::row_major(&av, m, k), Mat::row_major(&bv, k, n));
+        let want = reference(&a, &b);
+        for (&blocking, tile, threads) in blockings.iter().flat_map(|b| Tile::available().into_iter().flat_map(move |t| [1, 2].map(|n| (b, t, n)))) {
+            let mut c = random(m * n, 3);
+            pool(threads).install(|| sgemm_with(Choice { tile, blocking }, a, b, MatMut::row_major(&mut c, m, n), false, true, None)).unwrap();
+            check(&c, n, &want, m, n, k, &format!("{} {blocking:?} on {threads} threads", tile.name));
         }
     }
 }
@@ -79,7 +102,7 @@ fn strided_and_offset_operands_accumulate_into_a_padded_output() {
             let start = random(1 + m * ldc, 13);
             let mut cbuf = start.clone();
             let c = MatMut { data: &mut cbuf[1..], rows: m, cols: n, ld: ldc };
-            pool(threads).install(|| sgemm_with(tile, a, b, c, true, true, None)).unwrap();
+            pool(threads).install(|| sgemm_with(on(tile), a, b, c, true, true, None)).unwrap();
             let mut want = reference(&a, &b);
             for i in 0..m {
                 for j in 0..n {
@@ -195,7 +218,7 @@ fn epilogue_sees_each_finished_element_once() {
     for tile in Tile::available() {
         for threads in [1, 2] {
             let mut c = vec![0.0f32; m * n];
-            pool(threads).install(|| sgemm_with(tile, a, b, MatMut::row_major(&mut c, m, n), false, true, Some(&bias_relu))).unwrap();
+            pool(threads).install(|| sgemm_with(on(tile), a, b, MatMut::row_major(&mut c, m, n), false, true, Some(&bias_relu))).unwrap();
             check(&c, n, &want, m, n, k, &format!("{} epilogue on {threads} threads", tile.name));
         }
     }
@@ -221,7 +244,7 @@ fn few_rows_match_f64_for_both_layouts_of_b_with_accumulate_and_epilogue_up_to_t
                             for accumulate in [false, true] {
                                 let start = random(m * ldc, 5);
                                 let mut c = start.clone();
-                                sgemm_with(tile, a, b, MatMut { data: &mut c, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
+                                sgemm_with(on(tile), a, b, MatMut { data: &mut c, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
                                 let mut want = reference(&a, &b);
                                 for (i, w) in want.iter_mut().enumerate() {
                                     let (r, j) = (i / n, i % n);
@@ -257,7 +280,7 @@ fn prepacked_b_gives_the_unpacked_results_bit_for_bit_and_unpacks() {
                     for accumulate in [false, true] {
                         let start = random(m * ldc, 8);
                         let (mut want, mut got) = (start.clone(), start.clone());
-                        sgemm_with(tile, a, b, MatMut { data: &mut want, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
+                        sgemm_with(on(tile), a, b, MatMut { data: &mut want, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
                         sgemm_prepacked(a, b, &packed, MatMut { data: &mut got, rows: m, cols: n, ld: ldc }, accumulate, true, Some(&shift)).unwrap();
                         // Few rows unpacked take their own path, which packed `b` skips.
                         if m > FEW_ROWS {
@@ -306,7 +329,7 @@ fn filled_b_over_a_packed_by_rows_gives_the_packed_results_and_unpacks() {
                     let bias = random(m, 9);
                     let shift = |r: usize, _: usize, v: &mut [f32]| v.iter_mut().for_each(|x| *x -= bias[r]);
                     let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
-                    sgemm_with(tile, a, b, MatMut::row_major(&mut want, m, n), false, true, Some(&shift)).unwrap();
+                    sgemm_with(on(tile), a, b, MatMut::row_major(&mut want, m, n), false, true, Some(&shift)).unwrap();
                     sgemm_filled(&packed, n, &fill, MatMut::row_major(&mut got, m, n), true, Some(&shift)).unwrap();
                     if m > FEW_ROWS {
                         assert_eq!(got, want, "{} [{m}, {k}] × [{k}, {n}] on {threads} threads", tile.name);

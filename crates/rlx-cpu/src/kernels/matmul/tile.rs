@@ -4,8 +4,8 @@
 //! accumulators, or 8 × 48 for row counts that are multiples of 8) kernels picked at run time,
 //! each with the same instruction set's few-rows kernels ([`rows`](super::rows)).
 
+use super::choice::Choice;
 use super::rows::{self, Rows};
-use std::sync::OnceLock;
 
 /// A micro-kernel and the tile it computes, with the few-rows kernels of its instruction set.
 ///
@@ -37,9 +37,6 @@ pub type InPlace = unsafe fn(usize, *const f32, usize, *const f32, *mut f32, usi
 /// From [`Tile::gathered`] the packed operand is `a` and `b`'s rows are read in place; from
 /// [`Tile::gathered_rows`] the packed operand is `b` and `a`'s columns are read in place.
 pub type Gathered = unsafe fn(usize, *const f32, *const f32, *const usize, *mut f32, usize, bool);
-
-/// The environment variable that picks the f32 GEMM's register tile ([`Tile::named`]).
-pub const OVERRIDE: &str = "RLX_SGEMM_TILE";
 
 /// The largest tile any kernel computes (`mr · nr`), for edge-tile scratch space.
 pub const MAX_TILE: usize = 12 * 32;
@@ -78,16 +75,11 @@ impl Tile {
         tiles
     }
 
-    /// The kernel f32 GEMMs run, chosen once: the one `RLX_SGEMM_TILE` names where this CPU
-    /// runs it ([`Tile::named`]), else the fastest this CPU runs.
+    /// The kernel f32 GEMMs run, chosen once ([`Choice::get`]): the one `RLX_SGEMM_TILE` names
+    /// where this CPU runs it, else the one `rlx tune` cached for this machine, else the fastest
+    /// this CPU runs.
     pub fn best() -> Tile {
-        static BEST: OnceLock<Tile> = OnceLock::new();
-        *BEST.get_or_init(|| Tile::overridden().unwrap_or_else(|| Tile::available()[0]))
-    }
-
-    /// The tile `RLX_SGEMM_TILE` names, where it is set and this CPU runs that tile.
-    pub fn overridden() -> Option<Tile> {
-        std::env::var(OVERRIDE).ok().and_then(|name| Tile::named(&name))
+        Choice::get().tile
     }
 
     /// The tile this CPU runs that `name` names: a tile's name (`avx512 8×48`; `x` for `×`
