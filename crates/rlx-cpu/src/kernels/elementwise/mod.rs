@@ -149,6 +149,18 @@ fn zip_broadcast<A: bytemuck::Pod + Send + Sync, O: bytemuck::Pod + Send + Sync>
     }
 }
 
+/// [`zip_broadcast`] of a float op, the arithmetic ones each as a loop of its own (a match per
+/// element kept the loop from vector registers: a residual add of `[8, 576]` took 5 µs).
+fn float_zip<T: Real + bytemuck::Pod + Send + Sync>(op: BinaryOp, a: In, b: In, out: &mut Out) {
+    match op {
+        BinaryOp::Add => zip_broadcast(a, b, out, |x: T, y: T| x + y),
+        BinaryOp::Sub => zip_broadcast(a, b, out, |x: T, y: T| x - y),
+        BinaryOp::Mul => zip_broadcast(a, b, out, |x: T, y: T| x * y),
+        BinaryOp::Div => zip_broadcast(a, b, out, |x: T, y: T| x / y),
+        _ => zip_broadcast(a, b, out, float_binary::<T>(op)),
+    }
+}
+
 fn float_binary<T: Real>(op: BinaryOp) -> impl Fn(T, T) -> T + Sync {
     move |a: T, b: T| match op {
         BinaryOp::Add => a + b,
@@ -202,8 +214,8 @@ macro_rules! int_binary {
 
 pub fn binary(op: BinaryOp, a: In, b: In, out: &mut Out) -> Result<(), String> {
     match a.dtype {
-        DType::F32 => zip_broadcast(a, b, out, float_binary::<f32>(op)),
-        DType::F64 => zip_broadcast(a, b, out, float_binary::<f64>(op)),
+        DType::F32 => float_zip::<f32>(op, a, b, out),
+        DType::F64 => float_zip::<f64>(op, a, b, out),
         DType::F16 => {
             let f = float_binary::<f32>(op);
             zip_broadcast(a, b, out, |x: f16, y: f16| f16::from_f32(f(x.to_f32(), y.to_f32())))

@@ -154,10 +154,24 @@ fn moments<T: Real>(x: &[T], n: usize, stride: usize, eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
-/// `1/√(mean(x²) + eps)` of the `n` values `x[j·stride]`.
+/// `1/√(mean(x²) + eps)` of the `n` values `x[j·stride]`; a contiguous row summed in 8
+/// interleaved f64 partial sums (vector lanes, where one chain waited on every add).
 fn rms_scale<T: Real>(x: &[T], n: usize, stride: usize, eps: f64) -> f64 {
-    let ms = (0..n).map(|j| x[j * stride].f64().powi(2)).sum::<f64>() / n as f64;
-    1.0 / (ms + eps).sqrt()
+    let squares = if stride == 1 {
+        let row = &x[..n];
+        let mut lanes = [0f64; 8];
+        let chunks = row.chunks_exact(8);
+        let tail = chunks.remainder().iter().map(|v| v.f64().powi(2)).sum::<f64>();
+        for c in chunks {
+            for (l, v) in lanes.iter_mut().zip(c) {
+                *l += v.f64().powi(2);
+            }
+        }
+        lanes.iter().sum::<f64>() + tail
+    } else {
+        (0..n).map(|j| x[j * stride].f64().powi(2)).sum::<f64>()
+    };
+    1.0 / (squares / n as f64 + eps).sqrt()
 }
 
 /// The f64 values of a per-feature vector.
@@ -205,6 +219,13 @@ pub fn rms_norm(a: &RmsNorm, ins: &[In], outs: &mut [Out]) -> Result<(), String>
             let (gamma, beta) = (vector::<T>(ins[1]), vector::<T>(ins[2]));
             let (n, inner) = (lanes.n, lanes.inner);
             for_blocks(ins[0].get::<T>(), outs[0].get::<T>(), lanes.block(), |_, xb, ob| {
+                if inner == 1 {
+                    let r = rms_scale(xb, n, 1, eps);
+                    for (((y, x), g), b) in ob.iter_mut().zip(xb).zip(&gamma).zip(&beta) {
+                        *y = T::of(x.f64() * r * g + b);
+                    }
+                    return;
+                }
                 for i in 0..inner {
                     let r = rms_scale(&xb[i..], n, inner, eps);
                     for j in 0..n {
