@@ -41,15 +41,19 @@ mod tests {
 
     const ATTENTION: &str = "Attention(num_heads:2,head_dim:4,v_head_dim:None,mask_kind:Bias,score_scale:None,attn_logit_softcap:None)";
 
-    /// A decode step over a pool: q `[T, 8]`, pools `[32, 8]`, rows `[U]`, bias `[T, U]`.
-    fn pooled(v_table: &str, v_rows: &str) -> String {
-        format!(
-            r#"%0 = Input(name:"q",ty:(dtype:F32,shape:["T",8]))()
+    /// The inputs of [`pooled`]: q `[T, 8]`, pools `[32, 8]`, two row indices `[U]`, bias `[T, U]`.
+    const INPUTS: &str = r#"%0 = Input(name:"q",ty:(dtype:F32,shape:["T",8]))()
             %1 = Param(name:"k",ty:(dtype:F32,shape:[32,8]))()
             %2 = Param(name:"v",ty:(dtype:F32,shape:[32,8]))()
             %3 = Input(name:"rows",ty:(dtype:I64,shape:["U"]))()
             %4 = Input(name:"other",ty:(dtype:I64,shape:["U"]))()
-            %5 = Input(name:"bias",ty:(dtype:F32,shape:["T","U"]))()
+            %5 = Input(name:"bias",ty:(dtype:F32,shape:["T","U"]))()"#;
+
+    /// A decode step over the pools of [`INPUTS`]: keys gathered by `rows`, values from
+    /// `v_table` by `v_rows`.
+    fn pooled(v_table: &str, v_rows: &str) -> String {
+        format!(
+            r#"{INPUTS}
             %6 = Gather(axis:0)(%1, %3)
             %7 = Gather(axis:0)({v_table}, {v_rows})
             %8 = {ATTENTION}(%0, %6, %7, %5)
@@ -63,12 +67,7 @@ mod tests {
             &pooled("%2", "%3"),
             CLAIMS,
             &format!(
-                r#"%0 = Input(name:"q",ty:(dtype:F32,shape:["T",8]))()
-            %1 = Param(name:"k",ty:(dtype:F32,shape:[32,8]))()
-            %2 = Param(name:"v",ty:(dtype:F32,shape:[32,8]))()
-            %3 = Input(name:"rows",ty:(dtype:I64,shape:["U"]))()
-            %4 = Input(name:"other",ty:(dtype:I64,shape:["U"]))()
-            %5 = Input(name:"bias",ty:(dtype:F32,shape:["T","U"]))()
+                r#"{INPUTS}
             %6 = {ATTENTION}(%0, %1, %2, %5, %3)
             return %6"#
             ),

@@ -475,12 +475,14 @@ struct Task {
 /// few heads would leave threads idle).
 fn tasks(lq: &Heads, group: usize, mask: &Masking<f32>) -> Vec<Task> {
     let group = group.max(1);
+    // A block's path depends on its queries' key ranges alone, the same in every batch item
+    // and head.
+    let plans: Vec<Plan> = (0..lq.seq).step_by(QB).map(|q0| Plan::of(mask, q0, QB.min(lq.seq - q0))).collect();
     let mut tasks = Vec::new();
     for b in 0..lq.batch {
         for g0 in (0..lq.heads).step_by(group) {
-            for q0 in (0..lq.seq).step_by(QB) {
+            for (q0, plan) in (0..lq.seq).step_by(QB).zip(&plans) {
                 let nq = QB.min(lq.seq - q0);
-                let plan = Plan::of(mask, q0, nq);
                 let g1 = (g0 + group).min(lq.heads);
                 if !plan.few {
                     tasks.extend((g0..g1).map(|h0| Task { b, h0, nh: 1, q0, nq }));

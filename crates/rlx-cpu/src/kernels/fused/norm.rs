@@ -3,7 +3,8 @@
 
 use super::Scratch;
 use crate::kernels::elementwise::binary;
-use crate::kernels::{norm, PAR_MIN};
+use crate::kernels::norm::{self, lane_sum};
+use crate::kernels::PAR_MIN;
 use crate::view::{broadcast_strides, for_each_broadcast, In, Out};
 use rayon::prelude::*;
 use rlx_ir::ops::elementwise::BinaryOp;
@@ -76,7 +77,7 @@ fn residual_rows(x: &[usize], residual: &[usize]) -> Vec<usize> {
     offsets
 }
 
-/// `y ← norm(y)·γ + β` in place, the statistics summed over eight lanes.
+/// `y ← norm(y)·γ + β` in place, the statistics summed over eight lanes ([`lane_sum`]).
 fn normalize(kind: Norm, eps: f32, y: &mut [f32], gamma: &[f32], beta: &[f32]) {
     let d = y.len() as f32;
     match kind {
@@ -91,19 +92,6 @@ fn normalize(kind: Norm, eps: f32, y: &mut [f32], gamma: &[f32], beta: &[f32]) {
             y.iter_mut().zip(gamma).zip(beta).for_each(|((y, &g), &b)| *y = *y * r * g + b);
         }
     }
-}
-
-/// `Σ f(v)` with eight independent partial sums, so the loop vectorizes.
-fn lane_sum(v: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut acc = [0f32; 8];
-    let chunks = v.chunks_exact(8);
-    let tail: f32 = chunks.remainder().iter().map(|&x| f(x)).sum();
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a += f(x);
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// The `Add` kernels, then the `LayerNorm` / `RmsNorm` kernel.

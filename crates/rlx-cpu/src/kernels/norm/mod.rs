@@ -154,24 +154,31 @@ fn moments<T: Real>(x: &[T], n: usize, stride: usize, eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
-/// `1/√(mean(x²) + eps)` of the `n` values `x[j·stride]`; a contiguous row summed in 8
-/// interleaved f64 partial sums (vector lanes, where one chain waited on every add).
+/// `1/√(mean(x²) + eps)` of the `n` values `x[j·stride]`; a contiguous row summed by
+/// [`lane_sum`] in f64 (vector lanes, where one chain waited on every add).
 fn rms_scale<T: Real>(x: &[T], n: usize, stride: usize, eps: f64) -> f64 {
     let squares = if stride == 1 {
-        let row = &x[..n];
-        let mut lanes = [0f64; 8];
-        let chunks = row.chunks_exact(8);
-        let tail = chunks.remainder().iter().map(|v| v.f64().powi(2)).sum::<f64>();
-        for c in chunks {
-            for (l, v) in lanes.iter_mut().zip(c) {
-                *l += v.f64().powi(2);
-            }
-        }
-        lanes.iter().sum::<f64>() + tail
+        lane_sum(&x[..n], |v| v.f64().powi(2))
     } else {
         (0..n).map(|j| x[j * stride].f64().powi(2)).sum::<f64>()
     };
     1.0 / (squares / n as f64 + eps).sqrt()
+}
+
+/// `Σ f(v)` over `v` with eight independent partial sums in `A`, so the loop vectorizes.
+pub(crate) fn lane_sum<T: Copy, A>(v: &[T], f: impl Fn(T) -> A) -> A
+where
+    A: Copy + Default + std::ops::AddAssign + std::ops::Add<Output = A> + std::iter::Sum,
+{
+    let mut acc = [A::default(); 8];
+    let chunks = v.chunks_exact(8);
+    let tail: A = chunks.remainder().iter().map(|&x| f(x)).sum();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f(x);
+        }
+    }
+    acc.iter().copied().sum::<A>() + tail
 }
 
 /// The f64 values of a per-feature vector.
